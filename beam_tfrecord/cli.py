@@ -1,0 +1,189 @@
+"""`beam-tfrecord convert | demo | inspect | verify`.
+
+Options this tool does not know are handed to Beam as pipeline options (--runner,
+--direct_num_workers, --direct_running_mode, --project, --region, ...).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from typing import List, Optional, Sequence
+
+from beam_tfrecord import __version__, sharding
+from beam_tfrecord.pipeline import FORMATS, MANIFEST, SINKS, ConvertConfig
+
+EPILOG = """\
+Any option not listed above is passed to Apache Beam as a pipeline option, for example
+  --runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing
+  --runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp --setup_file=./setup.py
+Without --runner the DirectRunner is used.
+"""
+
+
+def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = True) -> None:
+  if with_format:
+    parser.add_argument("--format", required=True, choices=FORMATS,
+                        help="annotation format: coco (instances JSON), voc (Pascal VOC "
+                        "directory), csv (TF Object Detection CSV, one row per object)")
+  parser.add_argument("--input", action="append", required=True, metavar="[SPLIT=]PATH",
+                      help="annotation source; repeat for several. coco: an instances JSON file; "
+                      "csv: a CSV file; voc: the VOC directory (Annotations/, JPEGImages/, "
+                      "ImageSets/Main/). Prefix SPLIT= to give the file's split, e.g. "
+                      "val=annotations/instances_val2017.json. Local paths or gs://, s3:// URIs")
+  parser.add_argument("--images", action="append", default=[], metavar="[SPLIT=]DIR",
+                      help="image root that file names in the annotations are relative to; "
+                      "repeat with SPLIT= for a root per split. Default: coco/csv, the "
+                      "annotation file's directory; voc, VOC/JPEGImages. File names may not "
+                      "leave this root")
+  parser.add_argument("--output", required=True, metavar="DIR",
+                      help="output directory (local or gs://): shards, label_map.pbtxt, "
+                      "manifest.json, errors-*.jsonl")
+  parser.add_argument("--label-map", metavar="PBTXT",
+                      help="label_map.pbtxt to use for class ids (overrides COCO ids and the "
+                      "sorted-name default); objects of classes missing from it are reported")
+  parser.add_argument("--split", metavar="NAME=FRAC,...",
+                      help="assign splits by a hash of each image's key, e.g. "
+                      "train=0.8,val=0.1,test=0.1 (deterministic). Default: splits from the "
+                      "source (SPLIT= prefixes, VOC ImageSets, a CSV split column), else 'train'")
+  shards = parser.add_mutually_exclusive_group()
+  shards.add_argument("--num-shards", type=int, metavar="N",
+                      help="shards per split (capped at the number of images)")
+  shards.add_argument("--shard-size-mb", type=float, metavar="MB",
+                      help=f"target shard size; shards per split = ceil(image bytes / MB). "
+                      f"Default {sharding.DEFAULT_SHARD_SIZE_MB:g}")
+  parser.add_argument("--sink", choices=SINKS, default="shards",
+                      help="shards (default): our writer, flat memory and deterministic "
+                      "output; beam: Beam's WriteToTFRecord, for runners with a cheap shuffle")
+  parser.add_argument("--csv-columns", metavar="FIELD=COLUMN,...",
+                      help="csv only: map the expected fields (filename, width, height, class, "
+                      "xmin, ymin, xmax, ymax, split) to the CSV's own column names")
+  parser.add_argument("--bbox-policy", choices=("clip", "drop", "error"), default="clip",
+                      help="boxes partly outside the image: clip them (counted), drop the box, "
+                      "or reject the image. Empty, non-finite or fully outside boxes are "
+                      "always dropped and reported")
+  parser.add_argument("--allow-absolute-paths", action="store_true",
+                      help="accept absolute paths / URIs (gs://...) as file names in the "
+                      "annotations instead of rejecting them")
+  parser.add_argument("--overwrite", action="store_true",
+                      help="write into a non-empty output directory, removing the files of an "
+                      "earlier run first")
+
+
+def make_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+      prog="beam-tfrecord",
+      description="Convert labelled image datasets (COCO, Pascal VOC, TF OD CSV) into sharded "
+      "TFRecords of tf.train.Example (TF Object Detection API keys) with Apache Beam.")
+  parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+  sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+  convert = sub.add_parser("convert", help="convert a dataset to TFRecords",
+                           description="Convert a dataset to sharded TFRecords.",
+                           epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+  _add_convert_options(convert)
+  demo = sub.add_parser("demo", help="make a small sample dataset and convert it",
+                        description="Generate a small sample dataset of real JPEG/PNG images "
+                        "with COCO, VOC and CSV annotations, convert it on the DirectRunner and "
+                        "verify the output.", epilog=EPILOG,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+  demo.add_argument("--output", default="demo-output", metavar="DIR",
+                    help="where to write the sample data (DIR/data) and the TFRecords "
+                    "(DIR/tfrecords). Default: demo-output")
+  demo.add_argument("--format", choices=FORMATS, default="coco",
+                    help="which of the sample's annotation formats to convert (default coco)")
+  demo.add_argument("--images", type=int, default=24, help="sample images to make (default 24)")
+  inspect = sub.add_parser("inspect", help="print the summary of a finished output directory")
+  inspect.add_argument("output", metavar="DIR")
+  verify = sub.add_parser("verify", help="read every shard back with TensorFlow and check it "
+                          "against manifest.json")
+  verify.add_argument("output", metavar="DIR")
+  return parser
+
+
+def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[str]) -> int:
+  """Build and run the pipeline; print the summary. Returns the exit code."""
+  import apache_beam as beam
+  from apache_beam.options.pipeline_options import PipelineOptions
+  from beam_tfrecord import output as outputs
+  from beam_tfrecord import pipeline as pipeline_mod
+
+  options = PipelineOptions(list(beam_args))
+  if options.view_as(beam.options.pipeline_options.StandardOptions).runner is None:
+    options.view_as(beam.options.pipeline_options.StandardOptions).runner = "DirectRunner"
+  outputs.prepare(config.output, config.overwrite)
+  start = time.monotonic()
+  p = beam.Pipeline(options=options)
+  pipeline_mod.build(p, config, argv)
+  result = p.run()
+  state = result.wait_until_finish()
+  seconds = time.monotonic() - start
+  if str(state) not in ("DONE", "PipelineState.DONE"):
+    print(f"beam-tfrecord: pipeline ended in state {state}", file=sys.stderr)
+    return 1
+  manifest = outputs.read_manifest(config.output)
+  print(outputs.summary(manifest, config.output, seconds))
+  return 0
+
+
+def _config(args: argparse.Namespace) -> ConvertConfig:
+  return ConvertConfig(
+      format=args.format, inputs=args.input, output=args.output, images=args.images,
+      label_map=args.label_map, split=args.split, num_shards=args.num_shards,
+      shard_size_mb=args.shard_size_mb, sink=args.sink, csv_columns=args.csv_columns,
+      bbox_policy=args.bbox_policy, allow_absolute_paths=args.allow_absolute_paths,
+      overwrite=args.overwrite)
+
+
+def _demo(args, beam_args: Sequence[str]) -> int:
+  from beam_tfrecord import sample
+  data = os.path.join(args.output, "data")
+  images = sample.make_dataset(data, count=args.images)
+  print(f"sample dataset: {len(images)} images, "
+        f"{sum(len(i.boxes) for i in images)} boxes in {data}")
+  inputs = {
+      "coco": [f"{s}={os.path.join(data, f'instances_{s}.json')}" for s in ("train", "val")],
+      "csv": [f"{s}={os.path.join(data, f'{s}_labels.csv')}" for s in ("train", "val")],
+      "voc": [os.path.join(data, "voc")],
+  }[args.format]
+  config = ConvertConfig(format=args.format, inputs=inputs, images=[os.path.join(data, "images")],
+                         output=os.path.join(args.output, "tfrecords"), num_shards=2,
+                         overwrite=True)
+  code = run_convert(config, beam_args, ["demo", "--format", args.format])
+  if code == 0:
+    from beam_tfrecord import output as outputs
+    code = outputs.verify(config.output)
+  return code
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  argv = list(sys.argv[1:] if argv is None else argv)
+  parser = make_parser()
+  args, beam_args = parser.parse_known_args(argv)
+  if args.command not in ("convert", "demo") and beam_args:
+    parser.error(f"unrecognized arguments: {' '.join(beam_args)}")
+  bad = [a for a in beam_args if not a.startswith("--")]
+  if bad:
+    parser.error(f"unrecognized arguments: {' '.join(bad)}")
+  logging.getLogger("apache_beam").setLevel(logging.WARNING)
+  if args.command == "convert":
+    config = _config(args)
+    try:
+      config.validate()
+    except ValueError as e:
+      parser.error(str(e))
+    return run_convert(config, beam_args, argv)
+  if args.command == "demo":
+    return _demo(args, beam_args)
+  from beam_tfrecord import output as outputs
+  if args.command == "inspect":
+    print(outputs.summary(outputs.read_manifest(args.output), args.output))
+    return 0
+  return outputs.verify(args.output)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

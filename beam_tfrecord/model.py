@@ -1,0 +1,88 @@
+"""Plain records that travel through the pipeline. No Beam, no TensorFlow.
+
+Everything here is small (paths, numbers, labels): these are the only things that may go
+through a GroupByKey. Image bytes never live in these records.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Optional, Tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Box:
+  """An axis-aligned box in absolute pixel coordinates of the annotated image."""
+  xmin: float
+  ymin: float
+  xmax: float
+  ymax: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectAnnotation:
+  """One labelled object. `label` is the class name; ids come from the label map."""
+  label: str
+  box: Box
+  is_crowd: bool = False
+  area: Optional[float] = None
+  difficult: Optional[bool] = None
+  truncated: Optional[bool] = None
+  pose: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageAnnotation:
+  """Everything known about one image before its bytes are read.
+
+  key:       unique, stable identity of the image (its path relative to the image root);
+             sorting, hashing for splits and shard ranks use it.
+  uri:       where to read the bytes (local path, gs://, s3://), already checked to lie
+             inside the image root.
+  source_id: the id the annotation format gives the image (COCO image id, else filename).
+  width/height: what the annotation claims (None when it says nothing); the header decides.
+  size_bytes: file size, filled in when the file is located (for shard sizing).
+  """
+  key: str
+  uri: str
+  source_id: str
+  source: str
+  objects: Tuple[ObjectAnnotation, ...] = ()
+  split: Optional[str] = None
+  width: Optional[int] = None
+  height: Optional[int] = None
+  size_bytes: Optional[int] = None
+
+  def replace(self, **changes: Any) -> "ImageAnnotation":
+    return dataclasses.replace(self, **changes)
+
+
+# Stages at which an input can be rejected (issue: machine-readable error records).
+STAGES = ("parse", "locate", "read", "decode", "validate", "encode", "write")
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorRecord:
+  """One rejected input: where it came from, at which stage, and why."""
+  source: str
+  stage: str
+  reason: str
+  message: str
+  key: Optional[str] = None
+
+  def to_json(self) -> str:
+    return json.dumps(dataclasses.asdict(self), ensure_ascii=False, sort_keys=True)
+
+
+class InputError(Exception):
+  """A problem with one input that should become an ErrorRecord, not a crash."""
+
+  def __init__(self, stage: str, reason: str, message: str):
+    super().__init__(f"{reason}: {message}")
+    self.stage = stage
+    self.reason = reason
+    self.message = message
+
+  def record(self, source: str, key: Optional[str] = None) -> ErrorRecord:
+    return ErrorRecord(source=source, stage=self.stage, reason=self.reason,
+                       message=self.message, key=key)

@@ -1,0 +1,87 @@
+"""The output directory: prepare it, read its manifest, summarise and verify it."""
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Dict, List, Optional
+
+from beam_tfrecord import paths
+from beam_tfrecord.pipeline import LABEL_MAP, MANIFEST
+
+# Everything a run writes; --overwrite removes exactly these (manifest first).
+OWN_PATTERNS = (MANIFEST, "*.tfrecord", LABEL_MAP, "errors-*.jsonl", ".tmp-*")
+
+
+class OutputNotEmpty(Exception):
+  pass
+
+
+def _match(pattern: str) -> List[str]:
+  from apache_beam.io.filesystems import FileSystems
+  try:
+    return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+  except Exception:
+    return []
+
+
+def prepare(output: str, overwrite: bool) -> None:
+  """Refuse a non-empty output directory unless overwrite; then remove our earlier files."""
+  from apache_beam.io.filesystems import FileSystems
+  existing = _match(paths.join(output, "*")) + _match(paths.join(output, ".*"))
+  if existing and not overwrite:
+    raise OutputNotEmpty(f"output directory {output} is not empty ({len(existing)} files); "
+                         "pass --overwrite to replace an earlier run")
+  for pattern in OWN_PATTERNS:
+    found = _match(paths.join(output, pattern))
+    if found:
+      FileSystems.delete(found)
+  if not paths.is_remote(output):
+    import os
+    os.makedirs(output, exist_ok=True)
+
+
+def read_manifest(output: str) -> Dict:
+  from apache_beam.io.filesystems import FileSystems
+  with FileSystems.open(paths.join(output, MANIFEST)) as f:
+    return json.loads(f.read().decode("utf-8"))
+
+
+def summary(manifest: Dict, output: str, seconds: Optional[float] = None) -> str:
+  totals, errors = manifest["totals"], manifest["errors"]
+  lines = [f"beam-tfrecord {manifest['version']}: {manifest['format']} -> {output}"]
+  lines.append(f"  {'split':<12}{'images':>9}{'objects':>10}{'shards':>8}{'MB':>10}")
+  for split, entry in manifest["splits"].items():
+    lines.append(f"  {split:<12}{entry['examples']:>9}{entry['objects']:>10}"
+                 f"{entry['num_shards']:>8}{entry['bytes'] / 1e6:>10.2f}")
+  lines.append(f"  images {totals['examples']}, objects {totals['objects']}, classes "
+               f"{len(manifest['label_map'])}, shards "
+               f"{sum(e['num_shards'] for e in manifest['splits'].values())}, clipped boxes "
+               f"{totals['clipped_boxes']}, errors {errors['count']}"
+               + (f", {seconds:.1f} s" if seconds is not None else ""))
+  if errors["count"]:
+    reasons = ", ".join(f"{k} {v}" for k, v in errors["by_reason"].items())
+    lines.append(f"  errors by reason: {reasons} (details in "
+                 f"{', '.join(errors['files']) or 'errors-*.jsonl'})")
+  return "\n".join(lines)
+
+
+def verify(output: str) -> int:
+  """Read every shard with TensorFlow, parse every example, compare counts with the manifest."""
+  from beam_tfrecord import reader
+  manifest = read_manifest(output)
+  problems = []
+  total = 0
+  for split, entry in manifest["splits"].items():
+    count = 0
+    for record in reader.load(output, split):
+      count += 1
+      if int(record["image/width"]) <= 0:
+        problems.append(f"{split}: example with width {int(record['image/width'])}")
+    total += count
+    if count != entry["examples"] and entry["examples"] is not None:
+      problems.append(f"{split}: manifest says {entry['examples']} examples, shards hold {count}")
+  for problem in problems:
+    print(f"verify: {problem}")
+  print(f"verify: {total} examples parsed with TensorFlow: "
+        f"{'OK' if not problems else 'FAILED'}")
+  return 0 if not problems else 1

@@ -1,0 +1,89 @@
+"""Resolve file names from annotation files safely inside an image root."""
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from typing import Optional
+
+from beam_tfrecord.model import InputError
+
+_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def is_remote(uri: str) -> bool:
+  return bool(_SCHEME.match(uri))
+
+
+def join(root: str, name: str) -> str:
+  if is_remote(root):
+    return root.rstrip("/") + "/" + name
+  return os.path.join(root, name)
+
+
+def clean_name(name: object) -> str:
+  """Normalise a relative file name from an annotation; reject anything that could escape.
+
+  Returns the posix-normalised relative name (used as the image key).
+  """
+  if not isinstance(name, str) or not name.strip():
+    raise InputError("parse", "missing_filename", f"file name {name!r} is empty or not text")
+  if "\x00" in name:
+    raise InputError("locate", "unsafe_path", f"file name {name!r} contains a NUL byte")
+  text = name.replace("\\", "/")
+  if text.startswith("/") or is_remote(text) or re.match(r"^[a-zA-Z]:/", text):
+    raise InputError("locate", "absolute_path",
+                     f"file name {name!r} is absolute; it must be relative to the image root")
+  normalized = posixpath.normpath(text)
+  if normalized == ".." or normalized.startswith("../"):
+    raise InputError("locate", "path_traversal",
+                     f"file name {name!r} points outside the image root")
+  return normalized
+
+
+def resolve(root: str, name: str, allow_absolute: bool = False) -> tuple[str, str]:
+  """(key, uri) for a file name from an annotation, guaranteed inside `root`.
+
+  With allow_absolute, names that are full URIs or absolute paths are taken as they are
+  (for CSVs that list gs://bucket/... paths); the key is then the full name.
+  """
+  if allow_absolute and isinstance(name, str) and (is_remote(name) or name.startswith("/")):
+    return name, name
+  key = clean_name(name)
+  uri = join(root, key)
+  if not is_remote(root):
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(uri)
+    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+      raise InputError("locate", "symlink_escape",
+                       f"{name!r} resolves to {real}, outside the image root {real_root}")
+  return key, uri
+
+
+def file_size(uri: str) -> int:
+  """Size of an existing file; InputError('locate', 'missing_image') when absent."""
+  if not is_remote(uri):
+    try:
+      st = os.stat(uri)
+    except OSError as e:
+      raise InputError("locate", "missing_image", f"{uri}: {e.strerror}") from None
+    if not os.path.isfile(uri):
+      raise InputError("locate", "missing_image", f"{uri} is not a file")
+    return st.st_size
+  from apache_beam.io.filesystems import FileSystems
+  try:
+    results = FileSystems.match([uri])[0].metadata_list
+  except Exception as e:  # BeamIOError for missing objects
+    raise InputError("locate", "missing_image", f"{uri}: {e}") from None
+  for meta in results:
+    if meta.path == uri:
+      return meta.size_in_bytes
+  raise InputError("locate", "missing_image", f"{uri} does not exist")
+
+
+def parse_assignment(text: str) -> tuple[Optional[str], str]:
+  """'train=path' -> ('train', 'path'); 'path' -> (None, 'path'). URIs keep their '='."""
+  name, sep, rest = text.partition("=")
+  if sep and name and re.fullmatch(r"[A-Za-z0-9_.-]+", name) and not is_remote(text):
+    return name, rest
+  return None, text

@@ -1,0 +1,116 @@
+"""The TF Object Detection API schema (read by research `object_detection` and `official/vision`).
+
+`encode` is a pure function: annotation + prepared image + label map -> serialized Example,
+plus the per-object problems it found. No Beam, no TensorFlow.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Dict, List, Mapping, Sequence, Tuple
+
+from beam_tfrecord import boxes, protos
+from beam_tfrecord.images import PreparedImage
+from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
+
+NAME = "od_api"
+
+# key -> (dtype, kind) where kind is "fixed" (one value per example) or "var" (one per object).
+FEATURE_SPEC: Dict[str, Tuple[str, str]] = {
+    "image/encoded": ("string", "fixed"),
+    "image/format": ("string", "fixed"),
+    "image/height": ("int64", "fixed"),
+    "image/width": ("int64", "fixed"),
+    "image/channels": ("int64", "fixed"),
+    "image/filename": ("string", "fixed"),
+    "image/source_id": ("string", "fixed"),
+    "image/key/sha256": ("string", "fixed"),
+    "image/object/bbox/xmin": ("float32", "var"),
+    "image/object/bbox/xmax": ("float32", "var"),
+    "image/object/bbox/ymin": ("float32", "var"),
+    "image/object/bbox/ymax": ("float32", "var"),
+    "image/object/class/text": ("string", "var"),
+    "image/object/class/label": ("int64", "var"),
+    "image/object/is_crowd": ("int64", "var"),
+    "image/object/area": ("float32", "var"),
+    "image/object/difficult": ("int64", "var"),
+    "image/object/truncated": ("int64", "var"),
+    "image/object/view": ("string", "var"),
+}
+
+
+@dataclasses.dataclass
+class Encoded:
+  serialized: bytes
+  labels: List[str]
+  clipped: int
+  errors: List[ErrorRecord]
+
+
+def _bytes(values: Sequence[bytes]):
+  return protos.Feature(bytes_list={"value": list(values)})
+
+
+def _floats(values: Sequence[float]):
+  return protos.Feature(float_list={"value": list(values)})
+
+
+def _ints(values: Sequence[int]):
+  return protos.Feature(int64_list={"value": list(values)})
+
+
+def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, int],
+           bbox_policy: str = "clip") -> Encoded:
+  """Build the Example. Objects that fail validation or lack a label id are left out of the
+  Example and reported as errors (or, with bbox_policy='error', fail the whole image)."""
+  width, height = image.info.width, image.info.height
+  errors: List[ErrorRecord] = []
+  kept: List[boxes.NormalizedObject] = []
+  ids: List[int] = []
+  for obj in ann.objects:
+    try:
+      norm = boxes.normalize(obj, width, height, bbox_policy)
+      if obj.label not in label_map:
+        raise InputError("validate", "unknown_class",
+                         f"class {obj.label!r} is not in the label map")
+    except InputError as e:
+      if bbox_policy == "error":
+        raise
+      errors.append(e.record(ann.source, ann.key))
+      continue
+    kept.append(norm)
+    ids.append(label_map[obj.label])
+
+  features = {
+      "image/encoded": _bytes([image.encoded]),
+      "image/format": _bytes([image.info.format.encode()]),
+      "image/height": _ints([height]),
+      "image/width": _ints([width]),
+      "image/channels": _ints([image.info.channels]),
+      "image/filename": _bytes([ann.key.encode("utf-8")]),
+      "image/source_id": _bytes([ann.source_id.encode("utf-8")]),
+      "image/key/sha256": _bytes([hashlib.sha256(image.encoded).hexdigest().encode()]),
+      "image/object/bbox/xmin": _floats([n.xmin for n in kept]),
+      "image/object/bbox/xmax": _floats([n.xmax for n in kept]),
+      "image/object/bbox/ymin": _floats([n.ymin for n in kept]),
+      "image/object/bbox/ymax": _floats([n.ymax for n in kept]),
+      "image/object/class/text": _bytes([n.obj.label.encode("utf-8") for n in kept]),
+      "image/object/class/label": _ints(ids),
+      "image/object/is_crowd": _ints([int(n.obj.is_crowd) for n in kept]),
+      "image/object/area": _floats([
+          n.obj.area if n.obj.area is not None else
+          (n.xmax - n.xmin) * width * (n.ymax - n.ymin) * height for n in kept]),
+  }
+  # VOC-only attributes: present when the source has them, defaults for objects that lack them.
+  if any(n.obj.difficult is not None for n in kept):
+    features["image/object/difficult"] = _ints([int(bool(n.obj.difficult)) for n in kept])
+  if any(n.obj.truncated is not None for n in kept):
+    features["image/object/truncated"] = _ints([int(bool(n.obj.truncated)) for n in kept])
+  if any(n.obj.pose is not None for n in kept):
+    features["image/object/view"] = _bytes(
+        [(n.obj.pose or "Unspecified").encode("utf-8") for n in kept])
+
+  example = protos.Example(features=protos.Features(feature=features))
+  return Encoded(serialized=example.SerializeToString(deterministic=True),
+                 labels=[n.obj.label for n in kept],
+                 clipped=sum(n.clipped for n in kept), errors=errors)

@@ -1,0 +1,101 @@
+"""Shard counts, shard assignment, split assignment and file names. Pure functions."""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import hashlib
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+DEFAULT_SHARD_SIZE_MB = 150.0
+
+
+def parse_split_fractions(text: str) -> Dict[str, float]:
+  """'train=0.8,val=0.1,test=0.1' -> {'train': 0.8, ...}; fractions must sum to 1."""
+  fractions: Dict[str, float] = {}
+  for part in text.split(","):
+    name, sep, value = part.partition("=")
+    name = name.strip()
+    if not sep or not name:
+      raise ValueError(f"bad split {part!r}: expected NAME=FRACTION")
+    if name in fractions:
+      raise ValueError(f"split {name!r} given twice")
+    try:
+      fraction = float(value)
+    except ValueError:
+      raise ValueError(f"bad fraction {value!r} for split {name!r}") from None
+    if not 0.0 <= fraction <= 1.0:
+      raise ValueError(f"fraction for split {name!r} must be within [0, 1], got {fraction}")
+    fractions[name] = fraction
+  total = sum(fractions.values())
+  if abs(total - 1.0) > 1e-6:
+    raise ValueError(f"split fractions must sum to 1, got {total:g}")
+  return fractions
+
+
+def hash_unit(key: str) -> float:
+  """A deterministic, uniform number in [0, 1) from a key (same on every machine)."""
+  digest = hashlib.sha256(key.encode("utf-8")).digest()
+  return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def split_for_key(key: str, fractions: Mapping[str, float]) -> str:
+  """Assign a key to a split by its hash; stable across runs, runners and machines."""
+  point = hash_unit(key)
+  cumulative = 0.0
+  names = list(fractions)
+  for name in names:
+    cumulative += fractions[name]
+    if point < cumulative:
+      return name
+  return names[-1]  # float rounding at the top end
+
+
+def num_shards_for(count: int, total_bytes: int, num_shards: Optional[int],
+                   shard_size_mb: Optional[float]) -> int:
+  """How many shards a split gets: fixed, or enough to keep shards near shard_size_mb.
+
+  Never fewer than 1, never more than there are examples (no empty shards).
+  """
+  if count <= 0:
+    return 0
+  if num_shards:
+    wanted = num_shards
+  else:
+    target = (shard_size_mb or DEFAULT_SHARD_SIZE_MB) * 1024 * 1024
+    wanted = -(-total_bytes // int(target))  # ceil
+  return max(1, min(int(wanted), count))
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitPlan:
+  """Where each key of a split goes: shard i holds keys in [boundaries[i], boundaries[i+1])."""
+  split: str
+  num_shards: int
+  count: int
+  total_bytes: int
+  boundaries: Tuple[str, ...]
+
+  def shard_of(self, key: str) -> int:
+    return max(0, bisect.bisect_right(self.boundaries, key) - 1)
+
+
+def plan_split(split: str, keys_and_sizes: Sequence[Tuple[str, int]],
+               num_shards: Optional[int], shard_size_mb: Optional[float]) -> SplitPlan:
+  """Cut the sorted keys of one split into shards by rank: sizes differ by at most one."""
+  keys = sorted({key for key, _ in keys_and_sizes})
+  total = sum(size or 0 for _, size in keys_and_sizes)
+  n = num_shards_for(len(keys), total, num_shards, shard_size_mb)
+  boundaries = tuple(keys[(i * len(keys)) // n] for i in range(n))
+  return SplitPlan(split=split, num_shards=n, count=len(keys), total_bytes=total,
+                   boundaries=boundaries)
+
+
+def shard_name(split: str, index: int, num_shards: int, suffix: str = ".tfrecord") -> str:
+  """TFDS-style name: train-00003-of-00008.tfrecord (0-based)."""
+  return f"{split}-{index:05d}-of-{num_shards:05d}{suffix}"
+
+
+def shard_lengths(count: int, num_shards: int) -> List[int]:
+  """Examples per shard for rank-based cutting (what plan_split produces)."""
+  return [((i + 1) * count) // num_shards - (i * count) // num_shards
+          for i in range(num_shards)]

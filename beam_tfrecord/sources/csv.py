@@ -1,0 +1,180 @@
+"""TF Object Detection CSV: `filename,width,height,class,xmin,ymin,xmax,ymax`, one row per object.
+
+That is the layout `xml_to_csv.py` writes. Other layouts are read through a column mapping
+(`filename=path,class=label`); a `split` column, when mapped or present, gives each image its
+split. A row whose class and box are all empty stands for an image without objects. Files are
+read with pandas in chunks on workers; rows meet their image in a GroupByKey.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import apache_beam as beam
+
+from beam_tfrecord import paths
+from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError, ObjectAnnotation
+from beam_tfrecord.sources import SourceOutput
+
+FIELDS = ("filename", "width", "height", "class", "xmin", "ymin", "xmax", "ymax", "split")
+REQUIRED = ("filename", "class", "xmin", "ymin", "xmax", "ymax")
+BOX_FIELDS = ("xmin", "ymin", "xmax", "ymax")
+CHUNK_ROWS = 50_000
+
+
+def parse_column_map(text: Optional[str]) -> Dict[str, str]:
+  """'filename=path,class=label' -> {field: column}; unmapped fields keep their own name."""
+  mapping = {field: field for field in FIELDS}
+  if not text:
+    return mapping
+  for part in text.split(","):
+    field, sep, column = part.partition("=")
+    field, column = field.strip(), column.strip()
+    if not sep or field not in FIELDS or not column:
+      raise ValueError(f"bad column mapping {part!r}: expected FIELD=COLUMN with FIELD one of "
+                       f"{', '.join(FIELDS)}")
+    mapping[field] = column
+  return mapping
+
+
+def _empty(value: Any) -> bool:
+  return value is None or (isinstance(value, float) and math.isnan(value)) or (
+      isinstance(value, str) and not value.strip())
+
+
+def _float(value: Any, field: str) -> float:
+  try:
+    return float(value)
+  except (TypeError, ValueError):
+    raise InputError("parse", "wrong_type", f"{field} is {value!r}, not a number") from None
+
+
+def _int(value: Any, field: str) -> Optional[int]:
+  if _empty(value):
+    return None
+  number = _float(value, field)
+  if not math.isfinite(number) or number != int(number):
+    raise InputError("parse", "wrong_type", f"{field} is {value!r}, not a whole number")
+  return int(number)
+
+
+def parse_row(row: Mapping[str, Any]) -> Tuple[str, Optional[int], Optional[int],
+                                               Optional[ObjectAnnotation], Optional[str]]:
+  """(filename, width, height, object or None, split or None) of one row, keyed by field."""
+  filename = row.get("filename")
+  if _empty(filename):
+    raise InputError("parse", "missing_field", "row has no filename")
+  filename = str(filename)
+  width, height = _int(row.get("width"), "width"), _int(row.get("height"), "height")
+  split = None if _empty(row.get("split")) else str(row["split"]).strip()
+  label = row.get("class")
+  coords = [row.get(f) for f in BOX_FIELDS]
+  if _empty(label) and all(_empty(c) for c in coords):
+    return filename, width, height, None, split
+  if _empty(label):
+    raise InputError("parse", "missing_field", f"row for {filename!r} has a box but no class")
+  missing = [f for f, c in zip(BOX_FIELDS, coords) if _empty(c)]
+  if missing:
+    raise InputError("parse", "missing_field", f"row for {filename!r} lacks {', '.join(missing)}")
+  box = Box(*(_float(c, f) for f, c in zip(BOX_FIELDS, coords)))
+  return filename, width, height, ObjectAnnotation(label=str(label), box=box), split
+
+
+def read_rows(fileobj, column_map: Mapping[str, str]) -> Iterator[Tuple[int, Dict[str, Any]]]:
+  """(line number, {field: value}) for every data row; raises InputError on a bad header."""
+  import pandas as pd
+  try:
+    reader = pd.read_csv(fileobj, dtype=str, keep_default_na=False, chunksize=CHUNK_ROWS,
+                         skipinitialspace=True)
+    line = 2  # 1-based, after the header
+    for chunk in reader:
+      missing = [column_map[f] for f in REQUIRED if column_map[f] not in chunk.columns]
+      if missing:
+        raise InputError("parse", "missing_column",
+                         f"CSV has no column(s) {missing}; columns are {list(chunk.columns)}")
+      wanted = {f: c for f, c in column_map.items() if c in chunk.columns}
+      for values in chunk[list(wanted.values())].itertuples(index=False, name=None):
+        yield line, dict(zip(wanted, values))
+        line += 1
+  except InputError:
+    raise
+  except pd.errors.EmptyDataError:
+    raise InputError("parse", "malformed_csv", "the CSV file is empty") from None
+  except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+    raise InputError("parse", "malformed_csv", f"{type(e).__name__}: {e}") from None
+
+
+class _ParseCsv(beam.DoFn):
+  """(split, csv_uri, image_root) -> ((split, image_root, filename), row) and errors."""
+
+  def __init__(self, column_map: Mapping[str, str]):
+    self.column_map = dict(column_map)
+
+  def process(self, task):
+    from apache_beam.io.filesystems import FileSystems
+    split, uri, image_root = task
+    try:
+      with FileSystems.open(uri, compression_type="uncompressed") as f:
+        for line, row in read_rows(f, self.column_map):
+          try:
+            filename, width, height, obj, row_split = parse_row(row)
+          except InputError as e:
+            yield beam.pvalue.TaggedOutput("errors", e.record(f"{uri}:{line}"))
+            continue
+          yield (uri, row_split or split, image_root, filename), (line, width, height, obj)
+    except InputError as e:
+      yield beam.pvalue.TaggedOutput("errors", e.record(uri))
+    except OSError as e:
+      yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+          source=uri, stage="read", reason="unreadable", message=str(e)))
+
+
+def group_image(element, allow_absolute: bool):
+  """Rows of one image -> ImageAnnotation (objects in file order) or an error."""
+  (uri, split, image_root, filename), rows = element
+  rows = sorted(rows, key=lambda r: r[0])
+  source = f"{uri}:{rows[0][0]}"
+  try:
+    key, image_uri = paths.resolve(image_root, filename, allow_absolute)
+  except InputError as e:
+    yield beam.pvalue.TaggedOutput("errors", e.record(source, filename))
+    return
+  sizes = {(w, h) for _, w, h, _ in rows if w is not None or h is not None}
+  if len(sizes) > 1:
+    yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+        source=source, stage="parse", reason="inconsistent_size", key=key,
+        message=f"rows of {filename!r} give different sizes {sorted(sizes, key=repr)}; "
+        "the image header decides"))
+  width, height = sorted(sizes, key=repr)[0] if len(sizes) == 1 else (None, None)
+  objects = tuple(obj for _, _, _, obj in rows if obj is not None)
+  yield ImageAnnotation(key=key, uri=image_uri, source_id=key, source=uri, objects=objects,
+                        split=split, width=width, height=height)
+
+
+class ReadCsv(beam.PTransform):
+  """TF OD CSV files -> SourceOutput.
+
+  In: `inputs`, a list of (split or None, csv_uri, image_root), and a column mapping.
+  Out: one ImageAnnotation per distinct filename per file (rows grouped by image), with split
+  from the split column or the input, and ErrorRecords for unusable rows.
+  """
+
+  def __init__(self, inputs: Sequence[Tuple[Optional[str], str, str]],
+               column_map: Optional[Mapping[str, str]] = None, allow_absolute: bool = False):
+    super().__init__()
+    self.inputs = list(inputs)
+    self.column_map = dict(column_map or parse_column_map(None))
+    self.allow_absolute = allow_absolute
+
+  def expand(self, root):
+    rows = (root
+            | "Files" >> beam.Create(self.inputs)
+            | "Spread" >> beam.Reshuffle()
+            | "Parse" >> beam.ParDo(_ParseCsv(self.column_map)).with_outputs(
+                "errors", main="rows"))
+    grouped = (rows.rows
+               | "GroupByImage" >> beam.GroupByKey()
+               | "ToImage" >> beam.FlatMap(group_image, self.allow_absolute).with_outputs(
+                   "errors", main="images"))
+    errors = (rows.errors, grouped.errors) | "Errors" >> beam.Flatten()
+    return SourceOutput(images=grouped.images, errors=errors)

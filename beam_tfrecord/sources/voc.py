@@ -1,0 +1,172 @@
+"""Pascal VOC: one XML per image under Annotations/, optional ImageSets/Main/<split>.txt.
+
+Fields are found by tag name, never by position; coordinates may be floats; difficult,
+truncated and pose are optional. The image is located by <filename> under the image root;
+<folder> and <path> inside the XML are ignored (they name the annotator's machine).
+XML is parsed with defusedxml, so entity bombs and external entities are refused.
+"""
+from __future__ import annotations
+
+import posixpath
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import apache_beam as beam
+
+from beam_tfrecord import paths
+from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError, ObjectAnnotation
+from beam_tfrecord.sources import SourceOutput, read_text
+
+
+def _text(node, tag: str) -> Optional[str]:
+  child = node.find(tag)
+  if child is None or child.text is None:
+    return None
+  return child.text.strip()
+
+
+def _float(node, tag: str, what: str) -> float:
+  value = _text(node, tag)
+  if value is None:
+    raise InputError("parse", "missing_field", f"{what} has no <{tag}>")
+  try:
+    return float(value)
+  except ValueError:
+    raise InputError("parse", "wrong_type", f"{what} <{tag}> is {value!r}, not a number") from None
+
+
+def _flag(node, tag: str, what: str) -> Optional[bool]:
+  value = _text(node, tag)
+  if value is None or value == "":
+    return None
+  try:
+    return bool(int(float(value)))
+  except ValueError:
+    raise InputError("parse", "wrong_type", f"{what} <{tag}> is {value!r}, not 0/1") from None
+
+
+def parse_xml(data: bytes) -> Tuple[str, Optional[int], Optional[int], List[ObjectAnnotation]]:
+  """(filename, width, height, objects) of one VOC annotation document."""
+  import defusedxml.ElementTree as ET
+  from defusedxml import DefusedXmlException
+  try:
+    root = ET.fromstring(data)
+  except DefusedXmlException as e:
+    raise InputError("parse", "unsafe_xml", f"{type(e).__name__}: {e}") from None
+  except ET.ParseError as e:
+    raise InputError("parse", "malformed_xml", str(e)) from None
+  if root.tag != "annotation":
+    raise InputError("parse", "malformed_xml", f"root element is <{root.tag}>, not <annotation>")
+  filename = _text(root, "filename")
+  if not filename:
+    raise InputError("parse", "missing_field", "annotation has no <filename>")
+  width = height = None
+  size = root.find("size")
+  if size is not None:
+    w, h = _text(size, "width"), _text(size, "height")
+    try:
+      width = int(float(w)) if w else None
+      height = int(float(h)) if h else None
+    except ValueError:
+      raise InputError("parse", "wrong_type", f"<size> is {w!r}x{h!r}") from None
+  objects = []
+  for i, obj in enumerate(root.findall("object")):
+    what = f"object {i}"
+    name = _text(obj, "name")
+    if not name:
+      raise InputError("parse", "missing_field", f"{what} has no <name>")
+    bndbox = obj.find("bndbox")
+    if bndbox is None:
+      raise InputError("parse", "missing_field", f"{what} ({name!r}) has no <bndbox>")
+    box = Box(*(_float(bndbox, tag, what) for tag in ("xmin", "ymin", "xmax", "ymax")))
+    objects.append(ObjectAnnotation(
+        label=name, box=box, difficult=_flag(obj, "difficult", what),
+        truncated=_flag(obj, "truncated", what), pose=_text(obj, "pose") or None))
+  return filename, width, height, objects
+
+
+def parse_image_set(text: str) -> List[str]:
+  """Image ids of one ImageSets/Main/<split>.txt (first column; class files add a flag)."""
+  return [line.split()[0] for line in text.splitlines() if line.strip()]
+
+
+def split_files(voc_root: str) -> Dict[str, str]:
+  """{split: uri} of ImageSets/Main/*.txt without per-class lists; 'trainval' is dropped when
+  'train' and 'val' exist (it is their union)."""
+  from apache_beam.io.filesystems import FileSystems
+  pattern = paths.join(voc_root, "ImageSets/Main/*.txt")
+  try:
+    found = FileSystems.match([pattern])[0].metadata_list
+  except Exception:
+    return {}
+  result = {}
+  for meta in found:
+    name = posixpath.basename(meta.path.replace("\\", "/"))[:-4]
+    if "_" not in name:
+      result[name] = meta.path
+  if "train" in result and "val" in result:
+    result.pop("trainval", None)
+  return dict(sorted(result.items()))
+
+
+class _ParseXml(beam.DoFn):
+
+  def __init__(self, image_root: str, allow_absolute: bool):
+    self.image_root = image_root
+    self.allow_absolute = allow_absolute
+
+  def process(self, readable, splits: Dict[str, List[str]], use_splits: bool):
+    uri = readable.metadata.path
+    stem = posixpath.splitext(posixpath.basename(uri.replace("\\", "/")))[0]
+    try:
+      filename, width, height, objects = parse_xml(readable.read())
+      key, image_uri = paths.resolve(self.image_root, filename, self.allow_absolute)
+    except InputError as e:
+      yield beam.pvalue.TaggedOutput("errors", e.record(uri))
+      return
+    split = None
+    if use_splits:
+      member_of = splits.get(stem, [])
+      if len(member_of) != 1:
+        reason, where = (("not_in_split", "no ImageSets/Main list") if not member_of else
+                         ("several_splits", f"the lists {sorted(member_of)}"))
+        yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+            source=uri, stage="parse", reason=reason, key=key,
+            message=f"image id {stem!r} is named by {where}"))
+        return
+      split = member_of[0]
+    yield ImageAnnotation(key=key, uri=image_uri, source_id=key, source=uri,
+                          objects=tuple(objects), split=split, width=width, height=height)
+
+
+class ReadVoc(beam.PTransform):
+  """A Pascal VOC directory -> SourceOutput.
+
+  In: voc_root (holding Annotations/*.xml, optionally ImageSets/Main/*.txt) and image_root
+  (default voc_root/JPEGImages). Out: one ImageAnnotation per XML, split from ImageSets when
+  `use_image_sets` (images listed in none or several lists become errors), and ErrorRecords.
+  """
+
+  def __init__(self, voc_root: str, image_root: Optional[str] = None,
+               use_image_sets: bool = True, allow_absolute: bool = False):
+    super().__init__()
+    self.voc_root = voc_root
+    self.image_root = image_root or paths.join(voc_root, "JPEGImages")
+    self.allow_absolute = allow_absolute
+    self.splits = split_files(voc_root) if use_image_sets else {}
+
+  def expand(self, root):
+    from apache_beam.io import fileio
+    members = (root
+               | "SplitLists" >> beam.Create(sorted(self.splits.items()))
+               | "ReadLists" >> beam.FlatMap(
+                   lambda kv: [(stem, kv[0]) for stem in
+                               parse_image_set(read_text(kv[1]).decode("utf-8"))])
+               | "GroupSplits" >> beam.GroupByKey()
+               | "SortSplits" >> beam.MapTuple(lambda stem, s: (stem, sorted(set(s)))))
+    parsed = (root
+              | "MatchXml" >> fileio.MatchFiles(paths.join(self.voc_root, "Annotations/*.xml"))
+              | "ReadXml" >> fileio.ReadMatches()
+              | "Parse" >> beam.ParDo(_ParseXml(self.image_root, self.allow_absolute),
+                                      beam.pvalue.AsDict(members), bool(self.splits))
+              .with_outputs("errors", main="images"))
+    return SourceOutput(images=parsed.images, errors=parsed.errors)

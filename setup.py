@@ -1,0 +1,35 @@
+"""beam-tfrecord: installable package, console script, and Beam's --setup_file for Dataflow."""
+import os
+import re
+
+from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(HERE, "beam_tfrecord", "__init__.py")) as f:
+  VERSION = re.search(r'__version__ = "([^"]+)"', f.read()).group(1)
+
+setup(
+    name="beam-tfrecord",
+    version=VERSION,
+    description="Labelled image datasets (COCO, Pascal VOC, TF OD CSV) to sharded TFRecords "
+    "with Apache Beam",
+    long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read()
+    if os.path.exists(os.path.join(HERE, "README.md")) else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["beam_tfrecord", "beam_tfrecord.*", "pipelines"]),
+    install_requires=[
+        "apache-beam[gcp]>=2.77,<3",
+        "tensorflow>=2.16,<3",
+        "pillow>=10",
+        "pandas>=2",
+        "google-crc32c>=1.5",   # fast CRC32C for TFRecord framing (Beam falls back to pure Python)
+        "ijson>=3.2",           # streaming COCO JSON
+        "defusedxml>=0.7",      # VOC XML without entity expansion
+        "protobuf>=4.21",
+    ],
+    extras_require={
+        "dev": ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6"],
+    },
+    entry_points={"console_scripts": ["beam-tfrecord=beam_tfrecord.cli:main"]},
+)
