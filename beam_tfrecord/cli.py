@@ -15,6 +15,8 @@ import time
 from typing import List, Optional, Sequence
 
 from beam_tfrecord import __version__, sharding
+from beam_tfrecord.images import DEFAULT_MAX_PIXELS
+from beam_tfrecord.orientation import EXIF_FRAMES
 from beam_tfrecord.pipeline import FORMATS, MANIFEST, SINKS, ConvertConfig
 
 EPILOG = """\
@@ -69,6 +71,24 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   parser.add_argument("--allow-absolute-paths", action="store_true",
                       help="accept absolute paths / URIs (gs://...) as file names in the "
                       "annotations instead of rejecting them")
+  policy = parser.add_mutually_exclusive_group()
+  policy.add_argument("--max-error-rate", type=float, metavar="R",
+                      help="fail (exit code 3, after writing the error report) when rejected "
+                      "inputs per image seen exceed R (0..1). Warnings, such as a wrong "
+                      "annotated size, do not count. Default: never fail on bad input")
+  policy.add_argument("--strict", action="store_true",
+                      help="same as --max-error-rate 0: any rejected input fails the run")
+  parser.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, metavar="N",
+                      help="reject images whose header declares more pixels than N, before "
+                      f"decoding anything (decompression bombs). Default {DEFAULT_MAX_PIXELS}")
+  parser.add_argument("--exif-frame", choices=EXIF_FRAMES, default="auto",
+                      help="photos with an EXIF orientation are written upright; this says which "
+                      "frame their boxes are in: displayed (as viewers show it), stored (raw "
+                      "pixels), or auto: stored when the annotated width/height match the raw "
+                      "size only, else displayed")
+  parser.add_argument("--verify-images", action="store_true",
+                      help="fully decode every JPEG/PNG to reject corrupt ones (slower); by "
+                      "default only the header and the end marker are checked")
   parser.add_argument("--overwrite", action="store_true",
                       help="write into a non-empty output directory, removing the files of an "
                       "earlier run first")
@@ -114,7 +134,11 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
   options = PipelineOptions(list(beam_args))
   if options.view_as(beam.options.pipeline_options.StandardOptions).runner is None:
     options.view_as(beam.options.pipeline_options.StandardOptions).runner = "DirectRunner"
-  outputs.prepare(config.output, config.overwrite)
+  try:
+    outputs.prepare(config.output, config.overwrite)
+  except outputs.OutputNotEmpty as e:
+    print(f"beam-tfrecord: {e}", file=sys.stderr)
+    return 2
   start = time.monotonic()
   p = beam.Pipeline(options=options)
   pipeline_mod.build(p, config, argv)
@@ -126,6 +150,9 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
     return 1
   manifest = outputs.read_manifest(config.output)
   print(outputs.summary(manifest, config.output, seconds))
+  if manifest["status"] != "ok":
+    print(f"beam-tfrecord: {manifest['status']}", file=sys.stderr)
+    return 3
   return 0
 
 
@@ -135,7 +162,8 @@ def _config(args: argparse.Namespace) -> ConvertConfig:
       label_map=args.label_map, split=args.split, num_shards=args.num_shards,
       shard_size_mb=args.shard_size_mb, sink=args.sink, csv_columns=args.csv_columns,
       bbox_policy=args.bbox_policy, allow_absolute_paths=args.allow_absolute_paths,
-      overwrite=args.overwrite)
+      overwrite=args.overwrite, max_error_rate=0.0 if args.strict else args.max_error_rate,
+      max_pixels=args.max_pixels, exif_frame=args.exif_frame, verify_images=args.verify_images)
 
 
 def _demo(args, beam_args: Sequence[str]) -> int:

@@ -7,9 +7,17 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Mapping, Optional
 
-from beam_tfrecord import images
-from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
+from beam_tfrecord import images, orientation
+from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError, ObjectAnnotation
 from beam_tfrecord.schemas import od_api
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodeOptions:
+  bbox_policy: str = "clip"                 # boxes.BBOX_POLICIES
+  max_pixels: int = images.DEFAULT_MAX_PIXELS
+  exif_frame: str = "auto"                  # orientation.EXIF_FRAMES
+  verify_images: bool = False               # fully decode JPEG/PNG, not just check structure
 
 
 @dataclasses.dataclass
@@ -17,6 +25,7 @@ class Converted:
   serialized: Optional[bytes]      # None when the image was rejected
   labels: List[str]
   clipped: int
+  reoriented: bool
   errors: List[ErrorRecord]
 
 
@@ -29,24 +38,40 @@ def read_bytes(uri: str) -> bytes:
     raise InputError("read", "unreadable", f"{uri}: {type(e).__name__}: {e}") from None
 
 
+def _in_displayed_frame(ann: ImageAnnotation, prepared: images.PreparedImage,
+                        options: EncodeOptions, errors: List[ErrorRecord]) -> ImageAnnotation:
+  """Put the boxes in the frame of the written image; report a size that disagrees."""
+  src = prepared.source
+  frame = orientation.boxes_frame(src.orientation, (src.width, src.height),
+                                  (ann.width, ann.height), options.exif_frame)
+  expected = (src.width, src.height) if frame == "stored" else (
+      prepared.info.width, prepared.info.height)
+  if ((ann.width is not None and ann.width != expected[0]) or
+      (ann.height is not None and ann.height != expected[1])):
+    errors.append(ErrorRecord(
+        source=ann.source, stage="validate", reason="size_mismatch", key=ann.key, level="warning",
+        message=f"annotation says {ann.width}x{ann.height}, image header says "
+        f"{expected[0]}x{expected[1]}; the header is used"))
+  if frame == "displayed" or src.orientation == 1:
+    return ann
+  objects = tuple(dataclasses.replace(o, box=orientation.to_displayed(
+      o.box, src.orientation, src.width, src.height)) for o in ann.objects)
+  return ann.replace(objects=objects)
+
+
 def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
-            bbox_policy: str = "clip") -> Converted:
+            options: EncodeOptions = EncodeOptions()) -> Converted:
   """Never raises for bad input: every problem becomes an ErrorRecord."""
   errors: List[ErrorRecord] = []
   try:
-    prepared = images.prepare(read_bytes(ann.uri))
-    info = prepared.info
-    if ((ann.width is not None and ann.width != info.width) or
-        (ann.height is not None and ann.height != info.height)):
-      errors.append(ErrorRecord(
-          source=ann.source, stage="validate", reason="size_mismatch", key=ann.key,
-          message=f"annotation says {ann.width}x{ann.height}, image header says "
-          f"{info.width}x{info.height}; the header is used"))
-    encoded = od_api.encode(ann, prepared, label_map, bbox_policy)
+    prepared = images.prepare(read_bytes(ann.uri), options.max_pixels, options.verify_images)
+    ann = _in_displayed_frame(ann, prepared, options, errors)
+    encoded = od_api.encode(ann, prepared, label_map, options.bbox_policy)
   except InputError as e:
-    return Converted(None, [], 0, errors + [e.record(ann.source, ann.key)])
+    return Converted(None, [], 0, False, errors + [e.record(ann.source, ann.key)])
   except Exception as e:  # a bug or an unforeseen input: report it, never kill the job
-    return Converted(None, [], 0, errors + [ErrorRecord(
+    return Converted(None, [], 0, False, errors + [ErrorRecord(
         source=ann.source, stage="encode", reason="unexpected_error", key=ann.key,
         message=f"{type(e).__name__}: {e}")])
-  return Converted(encoded.serialized, encoded.labels, encoded.clipped, errors + encoded.errors)
+  return Converted(encoded.serialized, encoded.labels, encoded.clipped,
+                   prepared.source.orientation != 1, errors + encoded.errors)

@@ -1,7 +1,16 @@
 """Image bytes: sniff the real format, read the size from the header, convert when needed.
 
-JPEG and PNG pass through untouched (lossless, and no decode cost). Pillow opens lazily, so
-`probe` reads only the header; the pixels are decoded only when a conversion is needed.
+Decisions (tested against TensorFlow's decoders):
+- JPEG and PNG pass through byte for byte: `tf.io.decode_image(..., channels=3)` decodes
+  grayscale, CMYK JPEG and 16-bit, palette, RGBA and LA PNG correctly, so re-encoding them
+  would only lose quality and time.
+- GIF (first frame), BMP, WebP and TIFF are re-encoded as PNG (lossless).
+- A photo with an EXIF orientation other than 1 is written upright (EXIF applied, JPEG quality
+  95 or PNG) because TensorFlow ignores EXIF; see orientation.py for the boxes.
+- Truncation is caught by structure (JPEG must end with an EOI marker, PNG with IEND), which
+  costs nothing; `verify=True` decodes fully as well.
+- The pixel count is checked from the header before anything is decoded (decompression bombs).
+Pillow opens lazily, so `probe` reads only the header.
 """
 from __future__ import annotations
 
@@ -9,11 +18,12 @@ import dataclasses
 import io
 from typing import Optional
 
-from PIL import Image
+from PIL import Image, ImageOps
 
 from beam_tfrecord.model import InputError
 
 PASSTHROUGH = ("jpeg", "png")
+DEFAULT_MAX_PIXELS = 178_956_970  # Pillow's hard limit (2 x MAX_IMAGE_PIXELS); ~13k x 13k
 
 # Magic numbers of the formats we recognise; the file extension is never trusted.
 _SIGNATURES = (
@@ -25,6 +35,7 @@ _SIGNATURES = (
     (b"II*\x00", "tiff"),
     (b"MM\x00*", "tiff"),
 )
+_PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
 
 
 def sniff_format(data: bytes) -> Optional[str]:
@@ -40,58 +51,111 @@ def sniff_format(data: bytes) -> Optional[str]:
 @dataclasses.dataclass(frozen=True)
 class ImageInfo:
   format: str
-  width: int
+  width: int          # as stored (before EXIF orientation)
   height: int
-  channels: int
+  channels: int       # what tf.io.decode_image(channels=0) returns
+  orientation: int = 1
 
 
-_CHANNELS = {"1": 1, "L": 1, "P": 1, "I": 1, "F": 1, "I;16": 1, "LA": 2, "RGB": 3,
-             "YCbCr": 3, "LAB": 3, "HSV": 3, "RGBA": 4, "CMYK": 4}
+def _channels(image: Image.Image) -> int:
+  mode = image.mode
+  if mode == "P":
+    return 4 if "transparency" in image.info else 3
+  if mode == "PA":
+    return 4
+  return {"1": 1, "L": 1, "I": 1, "F": 1, "LA": 2, "RGBA": 4}.get(
+      mode, 1 if mode.startswith("I;") else 3)
 
 
-def probe(data: bytes) -> ImageInfo:
-  """Format, size and channels from the header, without decoding the pixels."""
+def _orientation(image: Image.Image) -> int:
+  try:
+    value = image.getexif().get(0x0112, 1)
+    return value if value in range(1, 9) else 1
+  except Exception:  # unreadable EXIF is ignored, like browsers do
+    return 1
+
+
+def _check_complete(data: bytes, fmt: str) -> None:
+  if fmt == "jpeg" and b"\xff\xd9" not in data[-64:].rstrip(b"\x00\r\n\x1a"):
+    raise InputError("decode", "truncated_image", "JPEG has no end-of-image marker "
+                     "(the file is cut short)")
+  if fmt == "png" and _PNG_END not in data[-64:]:
+    raise InputError("decode", "truncated_image", "PNG has no IEND chunk (the file is cut short)")
+
+
+def probe(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageInfo:
+  """Format, size, channels and EXIF orientation from the header, without decoding pixels."""
   if not data:
     raise InputError("decode", "empty_file", "the image file is empty")
   fmt = sniff_format(data)
   if fmt is None:
     raise InputError("decode", "unknown_format",
                      f"not a recognised image (first bytes {data[:8]!r})")
+  saved_limit = Image.MAX_IMAGE_PIXELS
+  Image.MAX_IMAGE_PIXELS = None  # our own limit below applies, before any decoding
   try:
     with Image.open(io.BytesIO(data)) as image:
       width, height = image.size
-      mode = image.mode
-  except Image.DecompressionBombError as e:
-    raise InputError("decode", "decompression_bomb", str(e)) from None
+      channels = _channels(image)
+      orientation = _orientation(image) if fmt in ("jpeg", "png", "tiff", "webp") else 1
   except Exception as e:  # Pillow raises many types for bad headers
     raise InputError("decode", "corrupt_image", f"{type(e).__name__}: {e}") from None
+  finally:
+    Image.MAX_IMAGE_PIXELS = saved_limit
   if width <= 0 or height <= 0:
     raise InputError("decode", "corrupt_image", f"image has size {width}x{height}")
-  return ImageInfo(format=fmt, width=width, height=height, channels=_CHANNELS.get(mode, 3))
+  if width * height > max_pixels:
+    raise InputError("decode", "decompression_bomb",
+                     f"{width}x{height} = {width * height} pixels exceeds the limit of "
+                     f"{max_pixels} (raise --max-pixels to allow it)")
+  _check_complete(data, fmt)
+  return ImageInfo(format=fmt, width=width, height=height, channels=channels,
+                   orientation=orientation)
 
 
 @dataclasses.dataclass(frozen=True)
 class PreparedImage:
   encoded: bytes
-  info: ImageInfo
+  info: ImageInfo          # of the encoded bytes (orientation 1 after reorienting)
+  source: ImageInfo        # of the original file
 
 
-def prepare(data: bytes) -> PreparedImage:
-  """Bytes ready for `image/encoded`: JPEG/PNG unchanged, other formats re-encoded as PNG."""
-  info = probe(data)
-  if info.format in PASSTHROUGH:
-    return PreparedImage(encoded=data, info=info)
-  try:
-    with Image.open(io.BytesIO(data)) as image:
-      image.seek(0)  # first frame of animated GIF/WebP/TIFF
-      if image.mode not in ("L", "RGB", "RGBA", "LA"):
-        image = image.convert("RGBA" if "A" in image.getbands() or "transparency" in image.info
-                              else "RGB")
+def _reencode(data: bytes, source: ImageInfo, upright: bool) -> bytes:
+  with Image.open(io.BytesIO(data)) as image:
+    image.seek(0)  # first frame of animated GIF/WebP/TIFF
+    image.load()
+    if upright:
+      image = ImageOps.exif_transpose(image)
+    if source.format == "jpeg":
       out = io.BytesIO()
-      image.save(out, format="PNG")
-  except Image.DecompressionBombError as e:
-    raise InputError("decode", "decompression_bomb", str(e)) from None
+      keep = image if image.mode in ("L", "RGB", "CMYK") else image.convert("RGB")
+      keep.save(out, format="JPEG", quality=95, subsampling=0, exif=b"")
+      return out.getvalue()
+    if image.mode not in ("1", "L", "LA", "RGB", "RGBA", "P", "I;16"):
+      has_alpha = "A" in image.getbands() or "transparency" in image.info
+      image = image.convert("RGBA" if has_alpha else "RGB")
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def prepare(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS,
+            verify: bool = False) -> PreparedImage:
+  """Bytes ready for `image/encoded` (see the module docstring for what changes and why)."""
+  source = probe(data, max_pixels)
+  upright = source.orientation != 1
+  if source.format in PASSTHROUGH and not upright:
+    if verify:
+      try:
+        with Image.open(io.BytesIO(data)) as image:
+          image.load()
+      except Exception as e:
+        raise InputError("decode", "corrupt_image", f"{type(e).__name__}: {e}") from None
+    return PreparedImage(encoded=data, info=source, source=source)
+  try:
+    encoded = _reencode(data, source, upright)
+  except InputError:
+    raise
   except Exception as e:
     raise InputError("decode", "corrupt_image", f"{type(e).__name__}: {e}") from None
-  encoded = out.getvalue()
-  return PreparedImage(encoded=encoded, info=probe(encoded))
+  return PreparedImage(encoded=encoded, info=probe(encoded, max_pixels), source=source)

@@ -59,6 +59,9 @@ class ImageAnnotation:
 
 # Stages at which an input can be rejected (issue: machine-readable error records).
 STAGES = ("parse", "locate", "read", "decode", "validate", "encode", "write")
+# What an error cost: a whole annotation file (or the rest of it), one image, one object,
+# or nothing (a warning: the image was converted, e.g. its annotated size was wrong).
+LEVELS = ("file", "image", "object", "warning")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +72,7 @@ class ErrorRecord:
   reason: str
   message: str
   key: Optional[str] = None
+  level: str = "image"
 
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), ensure_ascii=False, sort_keys=True)
@@ -83,6 +87,6 @@ class InputError(Exception):
     self.reason = reason
     self.message = message
 
-  def record(self, source: str, key: Optional[str] = None) -> ErrorRecord:
+  def record(self, source: str, key: Optional[str] = None, level: str = "image") -> ErrorRecord:
     return ErrorRecord(source=source, stage=self.stage, reason=self.reason,
-                       message=self.message, key=key)
+                       message=self.message, key=key, level=level)

@@ -5,6 +5,7 @@ import dataclasses
 import datetime
 import json
 import posixpath
+import uuid
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import apache_beam as beam
@@ -13,9 +14,13 @@ from apache_beam.metrics import Metrics
 import beam_tfrecord
 from beam_tfrecord import label_map as label_maps
 from beam_tfrecord import paths, sharding
+from beam_tfrecord.boxes import BBOX_POLICIES
+from beam_tfrecord.encode import EncodeOptions
+from beam_tfrecord.images import DEFAULT_MAX_PIXELS
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
+from beam_tfrecord.orientation import EXIF_FRAMES
 from beam_tfrecord.schemas import od_api
-from beam_tfrecord.sink import WriteShards, WriteWithBeamSink
+from beam_tfrecord.sink import WriteShards, WriteWithBeamSink, merge_stats
 from beam_tfrecord.sources import SourceOutput
 from beam_tfrecord.sources.coco import ReadCoco
 from beam_tfrecord.sources.csv import ReadCsv, parse_column_map
@@ -25,6 +30,7 @@ FORMATS = ("coco", "voc", "csv")
 SINKS = ("shards", "beam")
 DEFAULT_SPLIT = "train"
 MANIFEST = "manifest.json"
+STAGING_PREFIX = ".tmp-run-"
 LABEL_MAP = "label_map.pbtxt"
 
 
@@ -44,6 +50,14 @@ class ConvertConfig:
   bbox_policy: str = "clip"
   allow_absolute_paths: bool = False
   overwrite: bool = False
+  max_error_rate: Optional[float] = None  # fail the run above this; 0 = --strict
+  max_pixels: int = DEFAULT_MAX_PIXELS
+  exif_frame: str = "auto"
+  verify_images: bool = False
+
+  def encode_options(self) -> EncodeOptions:
+    return EncodeOptions(bbox_policy=self.bbox_policy, max_pixels=self.max_pixels,
+                         exif_frame=self.exif_frame, verify_images=self.verify_images)
 
   def validate(self) -> None:
     if self.format not in FORMATS:
@@ -60,6 +74,14 @@ class ConvertConfig:
       raise ValueError("--shard-size-mb must be positive")
     if self.split:
       sharding.parse_split_fractions(self.split)
+    if self.bbox_policy not in BBOX_POLICIES:
+      raise ValueError(f"--bbox-policy must be one of {', '.join(BBOX_POLICIES)}")
+    if self.exif_frame not in EXIF_FRAMES:
+      raise ValueError(f"--exif-frame must be one of {', '.join(EXIF_FRAMES)}")
+    if self.max_error_rate is not None and not 0 <= self.max_error_rate <= 1:
+      raise ValueError("--max-error-rate must be within [0, 1]")
+    if self.max_pixels < 1:
+      raise ValueError("--max-pixels must be positive")
     parse_column_map(self.csv_columns)
 
   def split_fractions(self) -> Optional[Dict[str, float]]:
@@ -123,7 +145,7 @@ def _first_of_duplicates(element):
   anns = sorted(anns, key=lambda a: (a.source, a.source_id, a.split or "", a.key))
   for dup in anns[1:]:
     yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-        source=dup.source, stage="parse", reason="duplicate_image", key=dup.key,
+        source=dup.source, stage="parse", reason="duplicate_image", key=dup.key, level="warning",
         message=f"{uri} is annotated again (source id {dup.source_id!r}); the annotation "
         f"from {anns[0].source} (source id {anns[0].source_id!r}) is used"))
   yield anns[0]
@@ -192,60 +214,78 @@ class BuildLabelMap(beam.PTransform):
             | "Number" >> beam.Map(label_maps.from_names))
 
 
-def _merge_stats(items: Iterable[Dict]) -> Dict:
-  items = list(items)
-  merged = dict(items[0])
-  classes: Dict[str, int] = {}
-  for key in ("examples", "objects", "bytes", "clipped"):
-    merged[key] = sum(i[key] for i in items)
-  for item in items:
-    for name, n in item["classes"].items():
-      classes[name] = classes.get(name, 0) + n
-  merged["classes"] = dict(sorted(classes.items()))
-  return merged
+def error_rate(examples: int, levels: Mapping[str, int]) -> float:
+  """Rejections per image seen: file, image and object errors over (written + rejected
+  images). Warnings (the image was converted) do not count."""
+  rejected = sum(n for level, n in levels.items() if level != "warning")
+  seen = examples + levels.get("image", 0)
+  return rejected / seen if seen else (1.0 if rejected else 0.0)
+
+
+def _split_entries(stats: Sequence[Dict], beam_files: Sequence[str]) -> Dict[str, Dict]:
+  from apache_beam.io.filesystems import FileSystems
+  splits: Dict[str, Any] = {}
+
+  def entry(split: str) -> Dict:
+    return splits.setdefault(split, {"examples": 0, "objects": 0, "bytes": 0, "clipped_boxes": 0,
+                                     "reoriented_images": 0, "classes": {}, "shards": []})
+
+  for s in sorted(stats, key=lambda s: (s["split"], -1 if s["shard"] is None else s["shard"])):
+    e = entry(s["split"])
+    for total, key in (("examples", "examples"), ("objects", "objects"), ("bytes", "bytes"),
+                       ("clipped_boxes", "clipped"), ("reoriented_images", "reoriented")):
+      e[total] += s[key]
+    for name, n in s["classes"].items():
+      e["classes"][name] = e["classes"].get(name, 0) + n
+    if s["shard"] is not None:
+      e["shards"].append({"path": s["path"], "examples": s["examples"],
+                          "objects": s["objects"], "bytes": s["bytes"]})
+  for path in sorted(beam_files):  # --sink beam: per-file counts are unknown
+    name = posixpath.basename(path.replace("\\", "/"))
+    size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+    entry(name.rsplit("-", 3)[0])["shards"].append(
+        {"path": name, "examples": None, "objects": None, "bytes": size})
+  for e in splits.values():
+    e["num_shards"] = len(e["shards"])
+    e["classes"] = dict(sorted(e["classes"].items()))
+    if beam_files:
+      e["bytes"] = sum(s["bytes"] for s in e["shards"])
+  return dict(sorted(splits.items()))
 
 
 class _Finalize(beam.DoFn):
-  """Writes label_map.pbtxt, then manifest.json last: its presence marks a finished run."""
+  """Moves finished shards out of staging, writes label_map.pbtxt, then manifest.json last:
+  its presence (with status 'ok') marks a finished, complete run."""
 
-  def __init__(self, config: ConvertConfig, argv: Sequence[str]):
-    self.config, self.argv = config, list(argv)
+  def __init__(self, config: ConvertConfig, argv: Sequence[str], staging: str):
+    self.config, self.argv, self.staging = config, list(argv), staging
 
-  def process(self, _, stats, error_counts, label_map, plans, error_files, beam_files):
+  def process(self, _, stats, error_counts, label_map, error_files, beam_files):
     from apache_beam.io.filesystems import FileSystems
     output = self.config.output
+    staged = [s["path"] for s in stats if s["shard"] is not None]
+    if staged:
+      FileSystems.rename([paths.join(self.staging, p) for p in staged],
+                         [paths.join(output, p) for p in staged])
+    if FileSystems.exists(self.staging):
+      FileSystems.delete([self.staging])
     _write_atomic(paths.join(output, LABEL_MAP), label_maps.to_text(label_map).encode())
-    splits: Dict[str, Any] = {}
-    for s in sorted(stats, key=lambda s: (s["split"], s["shard"] if s["shard"] is not None else -1)):
-      entry = splits.setdefault(s["split"], {"examples": 0, "objects": 0, "bytes": 0,
-                                             "clipped_boxes": 0, "classes": {}, "shards": []})
-      entry["examples"] += s["examples"]
-      entry["objects"] += s["objects"]
-      entry["bytes"] += s["bytes"]
-      entry["clipped_boxes"] += s["clipped"]
-      for name, n in s["classes"].items():
-        entry["classes"][name] = entry["classes"].get(name, 0) + n
-      if s["shard"] is not None:
-        entry["shards"].append({"path": s["path"], "examples": s["examples"],
-                                "objects": s["objects"], "bytes": s["bytes"]})
-    for path in sorted(beam_files):
-      name = posixpath.basename(path.replace("\\", "/"))
-      split = name.rsplit("-", 3)[0]
-      size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
-      splits.setdefault(split, {"examples": 0, "objects": 0, "bytes": 0, "clipped_boxes": 0,
-                                "classes": {}, "shards": []})
-      splits[split]["shards"].append({"path": name, "examples": None, "objects": None,
-                                      "bytes": size})
-    for entry in splits.values():
-      entry["num_shards"] = len(entry["shards"])
-      entry["classes"] = dict(sorted(entry["classes"].items()))
+    splits = _split_entries(stats, beam_files)
     totals = {k: sum(e[k] for e in splits.values())
-              for k in ("examples", "objects", "bytes", "clipped_boxes")}
-    totals["images_seen"] = totals["examples"] + error_counts.get("__images_rejected__", 0)
-    reasons = {k: v for k, v in sorted(error_counts.items()) if not k.startswith("__")}
+              for k in ("examples", "objects", "bytes", "clipped_boxes", "reoriented_images")}
+    reasons = {k: v for k, v in sorted(error_counts.items()) if not k.startswith("level:")}
+    levels = {k[6:]: v for k, v in sorted(error_counts.items()) if k.startswith("level:")}
+    rate = error_rate(totals["examples"], levels)
+    limit = self.config.max_error_rate
+    status = "ok"
+    if limit is not None and rate > limit:
+      status = (f"failed: error rate {rate:.4g} exceeds --max-error-rate {limit:g} "
+                f"({sum(n for l, n in levels.items() if l != 'warning')} rejected inputs, "
+                f"see errors-*.jsonl)")
     manifest = {
         "tool": "beam-tfrecord",
         "version": beam_tfrecord.__version__,
+        "status": status,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "schema": od_api.NAME,
         "format": self.config.format,
@@ -254,9 +294,10 @@ class _Finalize(beam.DoFn):
         "config": dataclasses.asdict(self.config),
         "features": {k: {"dtype": d, "kind": kind} for k, (d, kind) in od_api.FEATURE_SPEC.items()},
         "label_map": dict(sorted(label_map.items(), key=lambda kv: kv[1])),
-        "splits": dict(sorted(splits.items())),
+        "splits": splits,
         "totals": totals,
-        "errors": {"count": sum(reasons.values()), "by_reason": reasons,
+        "errors": {"count": sum(reasons.values()), "rate": rate, "by_level": levels,
+                   "by_reason": reasons,
                    "files": sorted(posixpath.basename(f.replace("\\", "/")) for f in error_files)},
     }
     _write_atomic(paths.join(output, MANIFEST),
@@ -273,18 +314,18 @@ def _write_atomic(uri: str, data: bytes) -> None:
   FileSystems.rename([tmp], [uri])
 
 
-def _count_reason(error: ErrorRecord) -> List[str]:
+def _count_keys(error: ErrorRecord) -> List[str]:
+  """Counter names for one error: its reason and its level (counted in Beam metrics too)."""
   Metrics.counter("beam_tfrecord.errors", error.reason).inc()
-  keys = [error.reason]
-  if error.stage in ("locate", "read", "decode") or error.reason in (
-      "duplicate_image", "not_in_split", "several_splits"):
-    keys.append("__images_rejected__")
-  return keys
+  Metrics.counter("beam_tfrecord.error_levels", error.level).inc()
+  return [error.reason, f"level:{error.level}"]
 
 
 def build(root, config: ConvertConfig, argv: Sequence[str] = ()) -> beam.PCollection:
   """Wire the whole conversion onto `root` (a Pipeline). Returns the manifest PCollection."""
   config.validate()
+  staging = paths.join(config.output, f"{STAGING_PREFIX}{uuid.uuid4().hex}")
+  options = config.encode_options()
   user_map = label_maps.read(config.label_map) if config.label_map else None
   source, source_splits = read_source(root, config)
   fractions = config.split_fractions()
@@ -300,7 +341,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = ()) -> beam.PCollec
 
   if config.sink == "shards":
     stats, write_errors = images | "WriteShards" >> WriteShards(
-        config.output, label_map, plans_side, config.bbox_policy)
+        staging, label_map, plans_side, options)
     beam_files = root | "NoBeamFiles" >> beam.Create([])
   else:
     splits = list(fractions) if fractions else (source_splits or [DEFAULT_SPLIT])
@@ -311,15 +352,14 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = ()) -> beam.PCollec
             message=f"split {a.split!r} is not one of {sorted(known)} known when the "
             "pipeline was built (the beam sink needs them up front)"))]
     ).with_outputs("errors", main="images")
-    writer = WriteWithBeamSink(config.output, label_map, splits, config.num_shards,
-                               config.bbox_policy)
+    writer = WriteWithBeamSink(config.output, label_map, splits, config.num_shards, options)
     stats, encode_errors = checked.images | "WriteBeam" >> writer
     write_errors = (checked.errors, encode_errors) | "BeamErrors" >> beam.Flatten()
     beam_files = writer.written
 
   merged_stats = (stats
                   | "StatsKey" >> beam.Map(lambda s: ((s["split"], s["shard"]), s))
-                  | "MergeStats" >> beam.CombinePerKey(_merge_stats)
+                  | "MergeStats" >> beam.CombinePerKey(merge_stats)
                   | "StatsValues" >> beam.Values())
   errors = ((source.errors, prepare_errors, write_errors) | "AllErrors" >> beam.Flatten())
   error_files = (errors
@@ -328,11 +368,11 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = ()) -> beam.PCollec
                      paths.join(config.output, "errors"), file_name_suffix=".jsonl",
                      shard_name_template="-SSSSS-of-NNNNN", num_shards=1))
   error_counts = (errors
-                  | "Reasons" >> beam.FlatMap(_count_reason)
+                  | "Reasons" >> beam.FlatMap(_count_keys)
                   | "CountReasons" >> beam.combiners.Count.PerElement())
   return (root
           | "Once" >> beam.Create([None])
           | "Finalize" >> beam.ParDo(
-              _Finalize(config, argv), beam.pvalue.AsList(merged_stats),
-              beam.pvalue.AsDict(error_counts), label_map, plans_side,
+              _Finalize(config, argv, staging), beam.pvalue.AsList(merged_stats),
+              beam.pvalue.AsDict(error_counts), label_map,
               beam.pvalue.AsList(error_files), beam.pvalue.AsList(beam_files)))

@@ -2,13 +2,14 @@
 
 The shard writer groups only ImageAnnotation records by (split, shard) and reads the image
 bytes inside the DoFn that writes the shard, so no image byte is ever shuffled and memory stays
-flat (measurements in DESIGN.md). Each shard is written to a hidden temporary name and renamed
-when complete, so a retried or killed bundle never leaves a file that looks finished.
+flat (measurements in DESIGN.md). A shard is written under a unique hidden name inside the
+run's staging directory and renamed there when complete; the finalize step moves complete
+shards into the output directory and writes manifest.json last. A retried bundle rewrites
+the same bytes under the same name, so retries leave neither duplicates nor gaps.
 """
 from __future__ import annotations
 
 import collections
-import posixpath
 import uuid
 from typing import Dict, Iterable, List, Mapping, Optional
 
@@ -17,24 +18,47 @@ from apache_beam.io.tfrecordio import _TFRecordUtil  # TFRecord framing with CRC
 from apache_beam.metrics import Metrics
 
 from beam_tfrecord import paths, sharding
-from beam_tfrecord.encode import convert
-from beam_tfrecord.model import ErrorRecord, ImageAnnotation
+from beam_tfrecord.encode import Converted, EncodeOptions, convert
+from beam_tfrecord.model import ImageAnnotation
 from beam_tfrecord.sharding import SplitPlan
 
-TMP_PREFIX = ".tmp-"
+STAT_COUNTS = ("examples", "objects", "bytes", "clipped", "reoriented")
 
 
-def _stats(split: str, shard: Optional[int], path: str) -> Dict:
-  return {"split": split, "shard": shard, "path": path, "examples": 0, "objects": 0,
-          "bytes": 0, "clipped": 0, "classes": collections.Counter()}
+def new_stats(split: str, shard: Optional[int], path: str) -> Dict:
+  stats = {"split": split, "shard": shard, "path": path, "classes": {}}
+  stats.update({k: 0 for k in STAT_COUNTS})
+  return stats
+
+
+def add_example(stats: Dict, result: Converted) -> None:
+  stats["examples"] += 1
+  stats["objects"] += len(result.labels)
+  stats["clipped"] += result.clipped
+  stats["reoriented"] += int(result.reoriented)
+  for label in result.labels:
+    stats["classes"][label] = stats["classes"].get(label, 0) + 1
+
+
+def merge_stats(items: Iterable[Dict]) -> Dict:
+  """Associative merge of stats dicts of one (split, shard); usable as a CombineFn."""
+  items = list(items)
+  merged = dict(items[0], classes={})
+  for key in STAT_COUNTS:
+    merged[key] = sum(i[key] for i in items)
+  for item in items:
+    for name, n in item["classes"].items():
+      merged["classes"][name] = merged["classes"].get(name, 0) + n
+  merged["classes"] = dict(sorted(merged["classes"].items()))
+  return merged
 
 
 class _WriteShard(beam.DoFn):
   """((split, shard), [ImageAnnotation]) -> shard stats; errors to the 'errors' output."""
 
-  def __init__(self, output: str, bbox_policy: str):
-    self.output = output
-    self.bbox_policy = bbox_policy
+  def __init__(self, staging: str, options: EncodeOptions):
+    self.staging = staging
+    self.options = options
     self.images = Metrics.counter("beam_tfrecord", "images_written")
     self.rejected = Metrics.counter("beam_tfrecord", "images_rejected")
 
@@ -42,24 +66,21 @@ class _WriteShard(beam.DoFn):
     from apache_beam.io.filesystems import FileSystems
     (split, shard), anns = element
     name = sharding.shard_name(split, shard, plans[split].num_shards)
-    final = paths.join(self.output, name)
-    tmp = paths.join(self.output, f"{TMP_PREFIX}{uuid.uuid4().hex}-{name}")
-    stats = _stats(split, shard, name)
-    errors: List[ErrorRecord] = []
-    with FileSystems.create(tmp) as f:
+    final = paths.join(self.staging, name)
+    partial = paths.join(self.staging, f".part-{uuid.uuid4().hex}-{name}")
+    stats = new_stats(split, shard, name)
+    errors = []
+    with FileSystems.create(partial) as f:
       for ann in sorted(anns, key=lambda a: (a.key, a.uri)):
-        result = convert(ann, label_map, self.bbox_policy)
+        result = convert(ann, label_map, self.options)
         errors.extend(result.errors)
         if result.serialized is None:
           self.rejected.inc()
           continue
         _TFRecordUtil.write_record(f, result.serialized)
         self.images.inc()
-        stats["examples"] += 1
-        stats["objects"] += len(result.labels)
-        stats["clipped"] += result.clipped
-        stats["classes"].update(result.labels)
-    FileSystems.rename([tmp], [final])
+        add_example(stats, result)
+    FileSystems.rename([partial], [final])
     stats["bytes"] = FileSystems.match([final])[0].metadata_list[0].size_in_bytes
     stats["classes"] = dict(sorted(stats["classes"].items()))
     yield stats
@@ -71,20 +92,20 @@ class WriteShards(beam.PTransform):
   """PCollection[ImageAnnotation] (with split) -> (PCollection[shard stats], PCollection[errors]).
 
   Side inputs: label_map ({name: id}, singleton) and plans ({split: SplitPlan}). Writes
-  OUTPUT/SPLIT-SSSSS-of-NNNNN.tfrecord, examples sorted by key, byte-identical across runs.
+  STAGING/SPLIT-SSSSS-of-NNNNN.tfrecord, examples sorted by key, byte-identical across runs.
   """
 
-  def __init__(self, output: str, label_map, plans, bbox_policy: str = "clip"):
+  def __init__(self, staging: str, label_map, plans, options: EncodeOptions):
     super().__init__()
-    self.output, self.label_map, self.plans = output, label_map, plans
-    self.bbox_policy = bbox_policy
+    self.staging, self.label_map, self.plans = staging, label_map, plans
+    self.options = options
 
   def expand(self, anns):
     written = (anns
                | "KeyByShard" >> beam.Map(
                    lambda a, plans: ((a.split, plans[a.split].shard_of(a.key)), a), self.plans)
                | "GroupByShard" >> beam.GroupByKey()
-               | "Write" >> beam.ParDo(_WriteShard(self.output, self.bbox_policy),
+               | "Write" >> beam.ParDo(_WriteShard(self.staging, self.options),
                                        self.label_map, self.plans).with_outputs(
                                            "errors", main="stats"))
     return written.stats, written.errors
@@ -92,17 +113,17 @@ class WriteShards(beam.PTransform):
 
 class _Encode(beam.DoFn):
 
-  def __init__(self, bbox_policy: str):
-    self.bbox_policy = bbox_policy
+  def __init__(self, options: EncodeOptions):
+    self.options = options
 
   def process(self, ann: ImageAnnotation, label_map):
-    result = convert(ann, label_map, self.bbox_policy)
+    result = convert(ann, label_map, self.options)
     for error in result.errors:
       yield beam.pvalue.TaggedOutput("errors", error)
     if result.serialized is not None:
-      stats = _stats(ann.split, None, "")
-      stats.update(examples=1, objects=len(result.labels), clipped=result.clipped,
-                   bytes=len(result.serialized), classes=dict(collections.Counter(result.labels)))
+      stats = new_stats(ann.split, None, "")
+      add_example(stats, result)
+      stats["bytes"] = len(result.serialized)
       yield beam.pvalue.TaggedOutput("stats", stats)
       yield ann.split, result.serialized
 
@@ -112,18 +133,20 @@ class WriteWithBeamSink(beam.PTransform):
 
   Splits must be known when the graph is built. Image bytes pass through Beam's own sharding
   shuffle here, so prefer this on runners with a cheap distributed shuffle (Dataflow).
+  `self.written` is the PCollection of file names written, for ordering the finalize step.
   """
 
   def __init__(self, output: str, label_map, splits: Iterable[str],
-               num_shards: Optional[int], bbox_policy: str = "clip"):
+               num_shards: Optional[int], options: EncodeOptions):
     super().__init__()
     self.output, self.label_map = output, label_map
     self.splits = sorted(splits)
     self.num_shards = num_shards or 0
-    self.bbox_policy = bbox_policy
+    self.options = options
+    self.written = None
 
   def expand(self, anns):
-    encoded = anns | "Encode" >> beam.ParDo(_Encode(self.bbox_policy), self.label_map) \
+    encoded = anns | "Encode" >> beam.ParDo(_Encode(self.options), self.label_map) \
         .with_outputs("stats", "errors", main="examples")
     index = {split: i for i, split in enumerate(self.splits)}
     parts = encoded.examples | "BySplit" >> beam.Partition(
@@ -135,6 +158,5 @@ class WriteWithBeamSink(beam.PTransform):
                      | f"Write[{split}]" >> beam.io.WriteToTFRecord(
                          paths.join(self.output, split), file_name_suffix=".tfrecord",
                          num_shards=self.num_shards, shard_name_template="-SSSSS-of-NNNNN"))
-    # File names the sink wrote; the manifest waits on them so it is written last.
     self.written = tuple(written) | "Written" >> beam.Flatten()
     return encoded.stats, encoded.errors

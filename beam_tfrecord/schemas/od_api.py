@@ -76,7 +76,7 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
     except InputError as e:
       if bbox_policy == "error":
         raise
-      errors.append(e.record(ann.source, ann.key))
+      errors.append(e.record(ann.source, ann.key, level="object"))
       continue
     kept.append(norm)
     ids.append(label_map[obj.label])

@@ -99,7 +99,9 @@ class _ParseSection(beam.DoFn):
           try:
             parsed = parse(record)
           except InputError as e:
-            yield beam.pvalue.TaggedOutput("errors", e.record(f"{uri}#{section}[{index}]"))
+            level = {"images": "image", "annotations": "object"}.get(section, "file")
+            yield beam.pvalue.TaggedOutput("errors", e.record(f"{uri}#{section}[{index}]",
+                                                              level=level))
             continue
           if section == "images":
             image_id, file_name, width, height = parsed
@@ -109,10 +111,10 @@ class _ParseSection(beam.DoFn):
           else:
             yield beam.pvalue.TaggedOutput("categories", (uri, parsed))
     except InputError as e:
-      yield beam.pvalue.TaggedOutput("errors", e.record(uri))
+      yield beam.pvalue.TaggedOutput("errors", e.record(uri, level="file"))
     except Exception as e:  # ijson errors, unreadable file: report, keep what was read
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-          source=uri, stage="parse", reason="malformed_json",
+          source=uri, stage="parse", reason="malformed_json", level="file",
           message=f"{section} after entry {index + 1}: {type(e).__name__}: {e}"))
 
 
@@ -123,13 +125,13 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
   source = f"{uri}#image_id={image_id}"
   if not images:
     yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-        source=source, stage="parse", reason="unknown_image_id",
+        source=source, stage="parse", reason="unknown_image_id", level="object",
         message=f"{len(objects)} annotation(s) refer to image id {image_id}, "
         "which is not in `images`"))
     return
   if len(images) > 1:
     yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-        source=source, stage="parse", reason="duplicate_image_id",
+        source=source, stage="parse", reason="duplicate_image_id", level="warning",
         message=f"image id {image_id} appears {len(images)} times; the first is used"))
   split, image_root, file_name, width, height = sorted(images, key=repr)[0]
   try:
@@ -142,7 +144,7 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
     name = categories.get((uri, category_id))
     if name is None:
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-          source=source, stage="parse", reason="unknown_category_id", key=key,
+          source=source, stage="parse", reason="unknown_category_id", key=key, level="object",
           message=f"annotation of {file_name!r} has category_id {category_id}, "
           "which is not in `categories`"))
       continue

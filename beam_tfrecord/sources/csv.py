@@ -119,14 +119,14 @@ class _ParseCsv(beam.DoFn):
           try:
             filename, width, height, obj, row_split = parse_row(row)
           except InputError as e:
-            yield beam.pvalue.TaggedOutput("errors", e.record(f"{uri}:{line}"))
+            yield beam.pvalue.TaggedOutput("errors", e.record(f"{uri}:{line}", level="object"))
             continue
           yield (uri, row_split or split, image_root, filename), (line, width, height, obj)
     except InputError as e:
-      yield beam.pvalue.TaggedOutput("errors", e.record(uri))
+      yield beam.pvalue.TaggedOutput("errors", e.record(uri, level="file"))
     except OSError as e:
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-          source=uri, stage="read", reason="unreadable", message=str(e)))
+          source=uri, stage="read", reason="unreadable", message=str(e), level="file"))
 
 
 def group_image(element, allow_absolute: bool):
@@ -142,7 +142,7 @@ def group_image(element, allow_absolute: bool):
   sizes = {(w, h) for _, w, h, _ in rows if w is not None or h is not None}
   if len(sizes) > 1:
     yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-        source=source, stage="parse", reason="inconsistent_size", key=key,
+        source=source, stage="parse", reason="inconsistent_size", key=key, level="warning",
         message=f"rows of {filename!r} give different sizes {sorted(sizes, key=repr)}; "
         "the image header decides"))
   width, height = sorted(sizes, key=repr)[0] if len(sizes) == 1 else (None, None)
