@@ -27,6 +27,7 @@ setup(
         "ijson>=3.2",           # streaming COCO JSON
         "defusedxml>=0.7",      # VOC XML without entity expansion
         "protobuf>=4.21",
+        "rich>=13",             # progress line on terminals
     ],
     extras_require={
         "dev": ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6"],

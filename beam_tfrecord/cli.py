@@ -12,12 +12,14 @@ import os
 import sys
 import tempfile
 import time
+import uuid
 from typing import List, Optional, Sequence
 
 from beam_tfrecord import __version__, sharding
 from beam_tfrecord.images import DEFAULT_MAX_PIXELS
 from beam_tfrecord.orientation import EXIF_FRAMES
 from beam_tfrecord.pipeline import FORMATS, MANIFEST, SINKS, ConvertConfig
+from beam_tfrecord.progress import Progress
 
 EPILOG = """\
 Any option not listed above is passed to Apache Beam as a pipeline option, for example
@@ -141,9 +143,11 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
     return 2
   start = time.monotonic()
   p = beam.Pipeline(options=options)
-  pipeline_mod.build(p, config, argv)
-  result = p.run()
-  state = result.wait_until_finish()
+  run_id = uuid.uuid4().hex
+  pipeline_mod.build(p, config, argv, run_id)
+  with Progress(pipeline_mod.staging_dir(config.output, run_id)):
+    result = p.run()  # local runners block here; remote ones return at once
+    state = result.wait_until_finish()
   seconds = time.monotonic() - start
   if str(state) not in ("DONE", "PipelineState.DONE"):
     print(f"beam-tfrecord: pipeline ended in state {state}", file=sys.stderr)

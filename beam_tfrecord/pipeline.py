@@ -321,10 +321,16 @@ def _count_keys(error: ErrorRecord) -> List[str]:
   return [error.reason, f"level:{error.level}"]
 
 
-def build(root, config: ConvertConfig, argv: Sequence[str] = ()) -> beam.PCollection:
+def staging_dir(output: str, run_id: str) -> str:
+  """Hidden directory of one run's unfinished shards, inside the output directory."""
+  return paths.join(output, f"{STAGING_PREFIX}{run_id}")
+
+
+def build(root, config: ConvertConfig, argv: Sequence[str] = (),
+          run_id: Optional[str] = None) -> beam.PCollection:
   """Wire the whole conversion onto `root` (a Pipeline). Returns the manifest PCollection."""
   config.validate()
-  staging = paths.join(config.output, f"{STAGING_PREFIX}{uuid.uuid4().hex}")
+  staging = staging_dir(config.output, run_id or uuid.uuid4().hex)
   options = config.encode_options()
   user_map = label_maps.read(config.label_map) if config.label_map else None
   source, source_splits = read_source(root, config)
