@@ -9,7 +9,7 @@ from beam_tfrecord import paths
 from beam_tfrecord.pipeline import LABEL_MAP, MANIFEST
 
 # Everything a run writes; --overwrite removes exactly these (manifest first).
-OWN_PATTERNS = (MANIFEST, "*.tfrecord", LABEL_MAP, "errors-*.jsonl", ".tmp-*")
+OWN_PATTERNS = (MANIFEST, "*.tfrecord", LABEL_MAP, "errors-*.jsonl", ".tmp-*/*", ".tmp-*")
 
 
 class OutputNotEmpty(Exception):

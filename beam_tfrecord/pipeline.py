@@ -267,7 +267,11 @@ class _Finalize(beam.DoFn):
     if staged:
       FileSystems.rename([paths.join(self.staging, p) for p in staged],
                          [paths.join(output, p) for p in staged])
-    if FileSystems.exists(self.staging):
+    # Leftovers are .part-* files of failed attempts. Object stores have no directories:
+    # a trailing slash asks Beam for a recursive delete of the prefix.
+    if paths.is_remote(self.staging):
+      FileSystems.delete([self.staging.rstrip("/") + "/"])
+    elif FileSystems.exists(self.staging):
       FileSystems.delete([self.staging])
     _write_atomic(paths.join(output, LABEL_MAP), label_maps.to_text(label_map).encode())
     splits = _split_entries(stats, beam_files)
