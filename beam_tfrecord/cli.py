@@ -94,6 +94,11 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   parser.add_argument("--overwrite", action="store_true",
                       help="write into a non-empty output directory, removing the files of an "
                       "earlier run first")
+  parser.add_argument("--if-changed", action="store_true",
+                      help="for scheduled runs: skip (exit 0) when the sources (annotation files, "
+                      "image listing: names, sizes, modification times) and settings equal the "
+                      "fingerprint in the output's last successful manifest.json; otherwise "
+                      "convert, replacing that earlier run")
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -147,7 +152,9 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
   pipeline_mod.build(p, config, argv, run_id)
   with Progress(pipeline_mod.staging_dir(config.output, run_id)):
     result = p.run()  # local runners block here; remote ones return at once
-    state = result.wait_until_finish()
+    state = _wait(result, options)
+  if state is None:  # nothing to wait for: a template, --dry_run or --no_wait_until_finish
+    return 0
   seconds = time.monotonic() - start
   if str(state) not in ("DONE", "PipelineState.DONE"):
     print(f"beam-tfrecord: pipeline ended in state {state}", file=sys.stderr)
@@ -158,6 +165,36 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
     print(f"beam-tfrecord: {manifest['status']}", file=sys.stderr)
     return 3
   return 0
+
+
+def _wait(result, options):
+  """Wait for the job; its final state, or None when there is no run to wait for.
+
+  Dataflow: prints the job id in the form Airflow's Beam operator parses ("Created job with
+  id: [ID]") and the console URL; a failed or cancelled job (Beam raises) is its final state;
+  a template (--template_location, also how Flex Templates launch) or --dry_run only built
+  the job, and --no_wait_until_finish submits without waiting.
+  """
+  from apache_beam.options.pipeline_options import (GoogleCloudOptions, StandardOptions,
+                                                    TestOptions)
+  if getattr(result, "has_job", False):
+    gcp = options.view_as(GoogleCloudOptions)
+    print(f"Created job with id: [{result.job_id()}]\nDataflow console: "
+          f"https://console.cloud.google.com/dataflow/jobs/{gcp.region}/{result.job_id()}"
+          f"?project={gcp.project}", file=sys.stderr, flush=True)
+  elif type(result).__name__ == "DataflowPipelineResult" or options.view_as(TestOptions).dry_run:
+    print("beam-tfrecord: job built, not run (template or --dry_run)", file=sys.stderr)
+    return None
+  if options.view_as(StandardOptions).no_wait_until_finish:
+    print("beam-tfrecord: job submitted, not waiting for it (--no_wait_until_finish)",
+          file=sys.stderr)
+    return None
+  try:
+    return result.wait_until_finish()
+  except Exception as e:  # DataflowRuntimeException: the job ended FAILED or CANCELLED
+    state = getattr(result, "state", None)
+    print(f"beam-tfrecord: {type(e).__name__}: {e}", file=sys.stderr)
+    return state if state is not None else "FAILED"
 
 
 def _config(args: argparse.Namespace) -> ConvertConfig:
@@ -191,6 +228,23 @@ def _demo(args, beam_args: Sequence[str]) -> int:
   return code
 
 
+def _unchanged(config: ConvertConfig) -> bool:
+  """--if-changed: True (skip) when the sources match the output's last successful run; else
+  record the fingerprint in config (for manifest.json) and let the run replace that output."""
+  from beam_tfrecord import fingerprint
+  current = fingerprint.compute(config)
+  manifest, last = fingerprint.recorded(config.output)
+  if fingerprint.same(current, last):
+    print(f"beam-tfrecord: skipped, sources unchanged since the run of "
+          f"{manifest.get('created')} in {config.output} ({current['files']} files, "
+          f"fingerprint {current['sha256'][:12]})")
+    return True
+  config.source_fingerprint = current
+  if manifest is not None or fingerprint.holds_only_own_files(config.output):
+    config.overwrite = True  # an earlier run of ours (finished or interrupted): replace it
+  return False
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   parser = make_parser()
@@ -207,6 +261,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       config.validate()
     except ValueError as e:
       parser.error(str(e))
+    if args.if_changed and _unchanged(config):
+      return 0
     return run_convert(config, beam_args, argv)
   if args.command == "demo":
     return _demo(args, beam_args)

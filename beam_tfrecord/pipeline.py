@@ -54,6 +54,7 @@ class ConvertConfig:
   max_pixels: int = DEFAULT_MAX_PIXELS
   exif_frame: str = "auto"
   verify_images: bool = False
+  source_fingerprint: Optional[Dict[str, Any]] = None  # set by convert --if-changed
 
   def encode_options(self) -> EncodeOptions:
     return EncodeOptions(bbox_policy=self.bbox_policy, max_pixels=self.max_pixels,
@@ -295,6 +296,7 @@ class _Finalize(beam.DoFn):
         "format": self.config.format,
         "sink": self.config.sink,
         "args": self.argv,
+        "source_fingerprint": self.config.source_fingerprint,
         "config": dataclasses.asdict(self.config),
         "features": {k: {"dtype": d, "kind": kind} for k, (d, kind) in od_api.FEATURE_SPEC.items()},
         "label_map": dict(sorted(label_map.items(), key=lambda kv: kv[1])),

@@ -1,0 +1,415 @@
+"""Throughput and memory benchmark of beam-tfrecord against naive baselines.
+
+Every variant runs as its own process (start-up and imports included) on the same cached
+synthetic COCO dataset (dataset.py). While it runs, the whole process tree is sampled with
+psutil every 50 ms (summed RSS of the process and all its descendants); CPU seconds are the
+tree's user+sys. Each metric is the median over --repeats runs; runs are interleaved
+(variant A, B, C, A, B, C, ...) so that noise from other load spreads over all variants.
+
+  python benchmarks/run.py --images 2000 --repeats 3
+  python benchmarks/run.py --variants tool --beam-args "--direct_running_mode=multi_threading"
+      --beam-args "--direct_running_mode=multi_processing --direct_num_workers=2"
+  python benchmarks/run.py --scale --images 2000
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import platform
+import resource
+import shlex
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List, Optional, Sequence
+
+import psutil
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import dataset as datasets  # noqa: E402  (benchmarks/ is not a package)
+
+RESULTS = os.path.join(HERE, "results")
+SAMPLE_SECONDS = 0.05
+MB = 1e6  # throughput and memory are reported in MB = 10^6 bytes
+
+
+@dataclasses.dataclass
+class Variant:
+  name: str
+  label: str
+  kind: str                     # tool | naive
+  args: List[str]               # extra CLI args (tool) or the naive.py mode
+
+  @property
+  def shard_sink(self) -> bool:
+    """beam-tfrecord with its own shard writer (deterministic output)."""
+    return self.kind == "tool" and "beam" not in self.args and "--sink=beam" not in self.args
+
+
+BUILTIN = {
+    "tool": Variant("tool", "(1) beam-tfrecord, DirectRunner defaults", "tool", []),
+    "beam-sink": Variant("beam-sink", "(2) beam-tfrecord --sink beam", "tool", ["--sink", "beam"]),
+    "naive": Variant("naive", "(3) naive TF loop, decode_jpeg", "naive", ["decode"]),
+    "naive-nodecode": Variant("naive-nodecode", "(4) naive TF loop, no decode", "naive",
+                              ["nodecode"]),
+    "read": Variant("read", "(5) I/O floor: read each file", "naive", ["read"]),
+}
+
+
+@dataclasses.dataclass
+class Run:
+  """One measured process tree."""
+  wall_s: float
+  cpu_s: float
+  peak_rss_mb: float
+  processes: int                # distinct processes seen in the tree
+  returncode: int
+  records: Optional[int] = None  # TFRecord records in the output (None: writes none)
+  digest: Optional[str] = None   # sha256 over the output's .tfrecord files (names + bytes)
+  error: str = ""                # why the run does not count ("" when it does)
+  load_avg: float = 0.0          # 1-minute load average when it started
+  log: str = ""
+
+  @property
+  def ok(self) -> bool:
+    return not self.error
+
+
+class TreeSampler(threading.Thread):
+  """Samples RSS and CPU times of a process and all its descendants until stopped."""
+
+  def __init__(self, pid: int):
+    super().__init__(daemon=True)
+    self.root = psutil.Process(pid)
+    self.peak_rss = 0
+    self.cpu: Dict[tuple, float] = {}   # (pid, create_time) -> last seen user+sys
+    self.stopped = threading.Event()
+
+  def sample(self) -> None:
+    try:
+      procs = [self.root] + self.root.children(recursive=True)
+    except psutil.Error:
+      return
+    rss = 0
+    for proc in procs:
+      try:
+        with proc.oneshot():
+          rss += proc.memory_info().rss
+          times = proc.cpu_times()
+          self.cpu[(proc.pid, proc.create_time())] = times.user + times.system
+      except psutil.Error:  # exited between listing and reading
+        pass
+    self.peak_rss = max(self.peak_rss, rss)
+
+  def run(self) -> None:
+    while not self.stopped.is_set():
+      self.sample()
+      self.stopped.wait(SAMPLE_SECONDS)
+
+
+def measure(cmd: Sequence[str], log_path: str, env: Dict[str, str]) -> Run:
+  """Run cmd to completion; wall time, tree CPU time and peak tree RSS."""
+  load = os.getloadavg()[0]
+  before = resource.getrusage(resource.RUSAGE_CHILDREN)
+  start = time.perf_counter()
+  with open(log_path, "wb") as log:
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+  sampler = TreeSampler(proc.pid)
+  sampler.start()
+  proc.wait()
+  wall = time.perf_counter() - start
+  sampler.stopped.set()
+  sampler.join()
+  after = resource.getrusage(resource.RUSAGE_CHILDREN)
+  # getrusage counts every descendant that was waited for; the samples also catch any that
+  # were not (orphaned workers), up to the last 50 ms of each. Take the larger.
+  rusage_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+  cpu = max(rusage_cpu, sum(sampler.cpu.values()))
+  return Run(wall_s=wall, cpu_s=cpu, peak_rss_mb=sampler.peak_rss / MB,
+             processes=len(sampler.cpu), returncode=proc.returncode, load_avg=load,
+             error=f"exit code {proc.returncode}" if proc.returncode else "", log=log_path)
+
+
+def count_records(path: str) -> int:
+  """Records in a TFRecord file, by walking its length headers (no CRC check)."""
+  count = 0
+  with open(path, "rb") as f:
+    while True:
+      header = f.read(12)
+      if not header:
+        return count
+      (length,) = struct.unpack("<Q", header[:8])
+      f.seek(length + 4, os.SEEK_CUR)
+      count += 1
+
+
+def inspect_output(directory: str) -> tuple[int, str]:
+  """(records, digest) of every .tfrecord file in directory, in name order."""
+  digest, records = hashlib.sha256(), 0
+  for name in sorted(n for n in os.listdir(directory) if n.endswith(".tfrecord")):
+    path = os.path.join(directory, name)
+    records += count_records(path)
+    digest.update(name.encode() + b"\0")
+    with open(path, "rb") as f:
+      for block in iter(lambda: f.read(1 << 20), b""):
+        digest.update(block)
+  return records, digest.hexdigest()
+
+
+def command(variant: Variant, data: datasets.Dataset, out: str) -> List[str]:
+  if variant.kind == "tool":
+    return [sys.executable, "-m", "beam_tfrecord.cli", "convert", "--format", "coco",
+            "--input", f"train={data.annotations}", "--images", data.images_dir,
+            "--output", out, *variant.args]
+  cmd = [sys.executable, os.path.join(HERE, "naive.py"), *variant.args,
+         "--annotations", data.annotations, "--images", data.images_dir]
+  if variant.args != ["read"]:
+    cmd += ["--output", os.path.join(out, "naive.tfrecord")]
+  return cmd
+
+
+def run_once(variant: Variant, data: datasets.Dataset, work: str, logs: str, tag: str,
+             keep: bool) -> Run:
+  out = os.path.join(work, f"{variant.name}-{data.count}")
+  shutil.rmtree(out, ignore_errors=True)
+  os.makedirs(out)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+             PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+  log = os.path.join(logs, f"{variant.name}-{data.count}-{tag}.log")
+  result = measure(command(variant, data, out), log, env)
+  if variant.args != ["read"] and result.ok:
+    result.records, result.digest = inspect_output(out)
+    if result.records != data.count:
+      result.error = f"{result.records} records written, expected {data.count}"
+  if not keep:
+    shutil.rmtree(out, ignore_errors=True)
+  return result
+
+
+def summarize(runs: List[Run], data: datasets.Dataset) -> Dict[str, float]:
+  """Medians over the successful runs (over all runs if none succeeded)."""
+  ok = [r for r in runs if r.ok] or runs
+  wall = statistics.median(r.wall_s for r in ok)
+  return {"wall_s": wall, "images_per_s": data.count / wall,
+          "mb_per_s": data.total_bytes / MB / wall,
+          "peak_rss_mb": statistics.median(r.peak_rss_mb for r in ok),
+          "cpu_s": statistics.median(r.cpu_s for r in ok),
+          "processes": max(r.processes for r in ok),
+          "failed_runs": sum(not r.ok for r in runs)}
+
+
+def measure_all(variants: List[Variant], data: datasets.Dataset, repeats: int, work: str,
+                logs: str, keep: bool) -> Dict[str, List[Run]]:
+  runs: Dict[str, List[Run]] = {v.name: [] for v in variants}
+  for rep in range(repeats):
+    for variant in variants:
+      run = run_once(variant, data, work, logs, f"r{rep}", keep)
+      runs[variant.name].append(run)
+      status = "ok" if run.ok else f"FAILED: {run.error} (log: {run.log})"
+      print(f"  [{rep + 1}/{repeats}] {variant.name:<16} {run.wall_s:7.2f} s {run.peak_rss_mb:6.0f} MB "
+            f"{run.cpu_s:7.2f} cpu-s  load {run.load_avg:4.2f}  {status}", flush=True)
+  return runs
+
+
+def print_table(variants: List[Variant], medians: Dict[str, Dict], base: str) -> None:
+  ref = medians.get(base)
+  width = max(len(v.label) for v in variants)
+  header = (f"{'variant':<{width}} {'wall s':>7} {'img/s':>7} {'MB/s':>7} {'peak MB':>8} "
+            f"{'CPU s':>7} {'procs':>5}")
+  if ref:
+    header += f"  {'(1) speed x':>11} {'(1) mem x':>9} {'(1) cpu x':>9}"
+  print(header)
+  for v in variants:
+    m = medians[v.name]
+    line = (f"{v.label:<{width}} {m['wall_s']:7.2f} {m['images_per_s']:7.1f} {m['mb_per_s']:7.1f} "
+            f"{m['peak_rss_mb']:8.0f} {m['cpu_s']:7.2f} {m['processes']:5d}")
+    if ref:
+      line += (f"  {m['wall_s'] / ref['wall_s']:11.2f} {ref['peak_rss_mb'] / m['peak_rss_mb']:9.2f}"
+               f" {ref['cpu_s'] / m['cpu_s']:9.2f}")
+    if m["failed_runs"]:
+      line += f"  ({m['failed_runs']} FAILED run(s))"
+    print(line)
+  if ref:
+    print("(1) speed x = wall(row) / wall(1): above 1 means (1) is faster. (1) mem x and cpu x = "
+          "(1)'s peak RSS / CPU seconds over the row's.")
+
+
+def identity_check(variants: List[Variant], runs: Dict[str, List[Run]]) -> Dict:
+  """Are the shard bytes the same across runs and Beam modes of the shard sink?"""
+  shard_variants = [v.name for v in variants if v.shard_sink]
+  digests = {name: sorted({r.digest for r in runs[name] if r.ok})
+             for name in shard_variants}
+  result = {"variants": shard_variants, "digests": digests,
+            "identical": len({d for ds in digests.values() for d in ds}) == 1}
+  if "beam-sink" in runs:
+    beam = {r.digest for r in runs["beam-sink"] if r.ok}
+    result["beam_sink_identical_across_runs"] = len(beam) == 1
+  return result
+
+
+def _attach_beam_args(argv: Sequence[str]) -> List[str]:
+  """`--beam-args "--x=y"` -> `--beam-args=--x=y`: argparse would take "--x=y" for a flag."""
+  result, rest = [], list(argv)
+  while rest:
+    arg = rest.pop(0)
+    result.append(f"{arg}={rest.pop(0)}" if arg == "--beam-args" and rest else arg)
+  return result
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  parser = argparse.ArgumentParser(
+      description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
+      formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--images", type=int, default=2000, metavar="N",
+                      help="dataset size N (default 2000; generated once, cached)")
+  parser.add_argument("--repeats", type=int, default=3, help="runs per variant (default 3)")
+  parser.add_argument("--variants", default=",".join(BUILTIN), metavar="A,B,...",
+                      help=f"which rows, comma-separated, from {', '.join(BUILTIN)} "
+                      "(default: all)")
+  parser.add_argument("--beam-args", action="append", default=[], metavar="ARGS",
+                      help="add a row: variant (1) with these Beam options (one quoted string); "
+                      "repeat for several. Shard bytes are compared across all (1) rows")
+  parser.add_argument("--scale", action="store_true",
+                      help="scale mode: run (1) and the --beam-args rows at N and 4N images and "
+                      "report how time and peak memory grow")
+  parser.add_argument("--output-json", metavar="PATH",
+                      help="where to write the results (default benchmarks/results/"
+                      "<timestamp>.json)")
+  parser.add_argument("--cache-dir", default=datasets.DEFAULT_CACHE,
+                      help="dataset cache (default benchmarks/.cache)")
+  parser.add_argument("--keep-outputs", action="store_true",
+                      help="keep each variant's output in CACHE/runs/ (default: deleted)")
+  args = parser.parse_args(_attach_beam_args(sys.argv[1:] if argv is None else argv))
+
+  names = [n.strip() for n in args.variants.split(",") if n.strip()]
+  unknown = [n for n in names if n not in BUILTIN]
+  if unknown:
+    parser.error(f"unknown variants {unknown}; choose from {', '.join(BUILTIN)}")
+  if args.repeats < 1 or args.images < 1:
+    parser.error("--images and --repeats must be at least 1")
+  variants = [BUILTIN[n] for n in names]
+  for extra in args.beam_args:
+    variants.append(Variant(f"tool[{extra}]", f"(1) {extra}", "tool", shlex.split(extra)))
+  if args.scale:
+    variants = [v for v in variants if v.shard_sink] or [BUILTIN["tool"]]
+
+  stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+  output_json = args.output_json or os.path.join(RESULTS, f"{stamp}.json")
+  logs = os.path.join(RESULTS, f"{stamp}-logs")
+  work = os.path.join(args.cache_dir, "runs")
+  os.makedirs(logs, exist_ok=True)
+  os.makedirs(work, exist_ok=True)
+  sizes = [args.images, 4 * args.images] if args.scale else [args.images]
+  report: Dict = {
+      "created": stamp, "images": args.images, "repeats": args.repeats,
+      "machine": {"cpus": os.cpu_count(), "memory_gb": psutil.virtual_memory().total / 1e9,
+                  "load_avg_at_start": os.getloadavg(), "python": platform.python_version()},
+      "logs": logs, "sizes": {}}
+  try:
+    report["git"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, text=True,
+                                   capture_output=True).stdout.strip()
+  except OSError:
+    pass
+
+  for count in sizes:
+    data = datasets.ensure_dataset(count, args.cache_dir)
+    print(f"\nN={count}: {data.total_bytes / MB:.1f} MB of JPEG "
+          f"(mean {data.total_bytes / count / 1e3:.1f} KB), {data.boxes} boxes; "
+          f"{args.repeats} repeat(s); load average {os.getloadavg()[0]:.2f}", flush=True)
+    runs = measure_all(variants, data, args.repeats, work, logs, args.keep_outputs)
+    medians = {v.name: summarize(runs[v.name], data) for v in variants}
+    print(f"\nMedians of {args.repeats} run(s), N={count} images, "
+          f"{data.total_bytes / MB:.0f} MB:")
+    print_table(variants, medians, "tool")
+    identity = identity_check(variants, runs)
+    if len(identity["variants"]) > 0:
+      print(f"shard bytes identical across {sum(len(runs[n]) for n in identity['variants'])} runs "
+            f"of {', '.join(identity['variants'])}: {'yes' if identity['identical'] else 'NO'}")
+    if "beam_sink_identical_across_runs" in identity:
+      print("--sink beam output identical across its runs: "
+            f"{'yes' if identity['beam_sink_identical_across_runs'] else 'no'}")
+    report["sizes"][str(count)] = {
+        "dataset": dataclasses.asdict(data), "identity": identity,
+        "variants": {v.name: {"label": v.label, "command": command(v, data, "OUT"),
+                              "median": medians[v.name],
+                              "runs": [dataclasses.asdict(r) for r in runs[v.name]]}
+                     for v in variants}}
+    failed = [v.name for v in variants for r in runs[v.name] if not r.ok]
+    if failed:
+      print(f"FAILED runs: {', '.join(failed)} (logs in {logs})")
+
+  if args.scale:
+    report["scale"] = scale_rows(report)
+  report["targets"] = targets(report)
+  os.makedirs(os.path.dirname(os.path.abspath(output_json)), exist_ok=True)
+  with open(output_json, "w") as f:
+    json.dump(report, f, indent=2)
+  print(f"\nresults: {output_json}\nlogs: {logs}")
+  return 0
+
+
+def scale_rows(report: Dict) -> List[Dict]:
+  """Growth of time and peak memory of each row from N to 4N images."""
+  n1, n4 = report["images"], 4 * report["images"]
+  small, big = report["sizes"][str(n1)]["variants"], report["sizes"][str(n4)]["variants"]
+  rows = []
+  for name, entry in small.items():
+    a, b = entry["median"], big[name]["median"]
+    rows.append({"variant": name, "label": entry["label"], "wall_n": a["wall_s"],
+                 "wall_4n": b["wall_s"], "time_ratio": b["wall_s"] / a["wall_s"],
+                 "marginal_images_per_s": (n4 - n1) / max(b["wall_s"] - a["wall_s"], 1e-9),
+                 "peak_n": a["peak_rss_mb"], "peak_4n": b["peak_rss_mb"],
+                 "peak_growth": b["peak_rss_mb"] / a["peak_rss_mb"] - 1})
+  print(f"\nScale, medians, N={n1} -> 4N={n4}:")
+  width = max(len(r["label"]) for r in rows)
+  print(f"{'variant':<{width}} {'wall N':>7} {'wall 4N':>7} {'x':>5} {'marg img/s':>10} "
+        f"{'peak N':>7} {'peak 4N':>7} {'growth':>7}")
+  for r in rows:
+    print(f"{r['label']:<{width}} {r['wall_n']:7.2f} {r['wall_4n']:7.2f} {r['time_ratio']:5.2f} "
+          f"{r['marginal_images_per_s']:10.1f} {r['peak_n']:7.0f} {r['peak_4n']:7.0f} "
+          f"{r['peak_growth']:+7.1%}")
+  print("marg img/s = extra images / extra seconds from N to 4N: throughput without start-up")
+  return rows
+
+
+def targets(report: Dict) -> List[Dict]:
+  """The issue's targets against what was measured (they are defined at N=20,000)."""
+  first = report["sizes"][str(report["images"])]["variants"]
+  if "tool" not in first:
+    return []
+  tool = first["tool"]["median"]
+  checks: List[Dict] = []
+
+  def check(name: str, value: float, goal: str, ok: bool) -> None:
+    checks.append({"target": name, "measured": round(value, 3), "goal": goal, "met": ok})
+
+  if "naive" in first:
+    x = first["naive"]["median"]["wall_s"] / tool["wall_s"]
+    check("(1) speed vs (3) naive loop, x", x, ">= 2", x >= 2)
+  if "naive-nodecode" in first:
+    x = first["naive-nodecode"]["median"]["wall_s"] / tool["wall_s"]
+    check("(1) speed vs (4) naive loop without decode, x", x, ">= 1", x >= 1)
+  check("(1) peak RSS of the process tree, MB", tool["peak_rss_mb"], "<= 1500",
+        tool["peak_rss_mb"] <= 1500)
+  for row in report.get("scale", []):
+    if row["variant"] == "tool":
+      check("(1) peak RSS growth N -> 4N", row["peak_growth"], "< 0.15", row["peak_growth"] < 0.15)
+  print(f"\nTargets (defined at N=20,000; measured at N={report['images']}):")
+  for c in checks:
+    print(f"  {c['target']:<48} {c['measured']:>10}  goal {c['goal']:<8} "
+          f"{'met' if c['met'] else 'NOT met'}")
+  return checks
+
+
+if __name__ == "__main__":
+  sys.exit(main())

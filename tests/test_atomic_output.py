@@ -1,0 +1,258 @@
+"""The output directory: refused when not empty, replaced whole with --overwrite, never half
+written (shards staged and renamed, manifest.json last), and retries leave no trace."""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+import bad_data as bd
+from beam_tfrecord import cli
+from beam_tfrecord import sink
+
+IMAGES = 8
+SHARD_NAME = re.compile(r"^[A-Za-z0-9_.-]+-\d{5}-of-\d{5}\.tfrecord$")
+
+
+def make_dataset(root: str) -> dict:
+  images = os.path.join(root, "images")
+  coco = bd.Coco(images, [(1, "cat"), (2, "dog")])
+  for i in range(IMAGES):
+    coco.image(i + 1, f"img_{i:02d}.jpg", bd.jpeg((64 + i, 48), color=(20 * i, 100, 200)),
+               64 + i, 48)
+    coco.ann(i + 1, 1 + i % 2, [4, 4, 20, 16])
+  coco.image(99, "missing.jpg", None, 64, 48)  # one error, so errors-*.jsonl is not empty
+  return {"json": coco.write(os.path.join(root, "instances.json")), "images": images}
+
+
+def args(ds: dict, output: str, *extra: str) -> list:
+  return ["--format", "coco", "--input", ds["json"], "--images", ds["images"],
+          "--output", output, *extra]
+
+
+def listing(output: str) -> dict:
+  """{relative path: bytes} of everything under output, hidden files and directories too."""
+  result = {}
+  for dirpath, dirnames, filenames in os.walk(output):
+    for name in dirnames:
+      result[os.path.relpath(os.path.join(dirpath, name), output) + "/"] = None
+    for name in filenames:
+      path = os.path.join(dirpath, name)
+      with open(path, "rb") as f:
+        result[os.path.relpath(path, output)] = f.read()
+  return result
+
+
+def shards(files: dict) -> dict:
+  return {k: v for k, v in files.items() if k.endswith(".tfrecord")}
+
+
+def assert_no_leftovers(output: str) -> None:
+  for name in listing(output):
+    base = os.path.basename(name.rstrip("/"))
+    assert not base.startswith((".tmp", ".part")), f"left behind: {name}"
+    assert "/" not in name.rstrip("/"), f"unexpected subdirectory content: {name}"
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+  return make_dataset(str(tmp_path_factory.mktemp("atomic_data")))
+
+
+@pytest.fixture(scope="module")
+def reshard(ds, tmp_path_factory):
+  """Run with --num-shards 4, then again into the same directory with --num-shards 2."""
+  output = str(tmp_path_factory.mktemp("reshard") / "out")
+  first = bd.convert(args(ds, output, "--num-shards", "4"))
+  first_files = listing(output)
+  second = bd.convert(args(ds, output, "--num-shards", "2", "--overwrite"))
+  return {"output": output, "first": first, "first_files": first_files, "second": second,
+          "second_files": listing(output)}
+
+
+def test_first_run_has_four_shards(reshard):
+  assert reshard["first"].code == 0
+  names = sorted(shards(reshard["first_files"]))
+  assert names == [f"train-{i:05d}-of-00004.tfrecord" for i in range(4)]
+  assert len(reshard["first"].examples) == IMAGES
+
+
+def test_refuses_non_empty_output(ds, tmp_path, capsys):
+  output = tmp_path / "out"
+  output.mkdir()
+  (output / "notes.txt").write_text("mine")
+  code = cli.main(["convert", *args(ds, str(output)), bd.RUNNER])
+  assert code == 2
+  err = capsys.readouterr().err
+  assert "not empty" in err and "--overwrite" in err
+  assert sorted(os.listdir(output)) == ["notes.txt"]
+  assert (output / "notes.txt").read_text() == "mine"
+
+
+def test_refuses_earlier_run_without_overwrite(ds, reshard, capsys):
+  before = listing(reshard["output"])
+  code = cli.main(["convert", *args(ds, reshard["output"], "--num-shards", "1"), bd.RUNNER])
+  assert code == 2
+  assert "--overwrite" in capsys.readouterr().err
+  assert listing(reshard["output"]) == before  # nothing touched
+
+
+def test_overwrite_removes_stale_shards(reshard):
+  second = reshard["second"]
+  assert second.code == 0
+  names = sorted(shards(reshard["second_files"]))
+  assert names == ["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
+  assert not [n for n in reshard["second_files"] if "-of-00004" in n]
+  assert [s["path"] for s in second.manifest["splits"]["train"]["shards"]] == names
+  assert sorted(e["filename"] for e in second.examples) == sorted(
+      e["filename"] for e in reshard["first"].examples)
+
+
+def test_finished_runs_leave_no_temporary_files(reshard):
+  for files in (reshard["first_files"], reshard["second_files"]):
+    for name in files:
+      base = os.path.basename(name.rstrip("/"))
+      assert not base.startswith((".tmp", ".part")), name
+      assert not name.endswith("/"), f"directory left in the output: {name}"
+
+
+def test_manifest_written_last(reshard):
+  output = reshard["output"]
+  manifest = os.stat(os.path.join(output, "manifest.json")).st_mtime_ns
+  for name in os.listdir(output):
+    assert os.stat(os.path.join(output, name)).st_mtime_ns <= manifest, name
+
+
+# --------------------------------------------------------------------------------------------
+# A transient failure inside the shard writer, retried by the runner
+
+_INJECT = {"armed": False, "calls": 0, "fail_at": 0, "failures": 0, "always": False}
+_REAL_UTIL = sink._TFRecordUtil
+
+
+class _FlakyTFRecordUtil:
+  """Stands in for sink._TFRecordUtil: raises at the fail_at-th record (once, or always)."""
+
+  @staticmethod
+  def write_record(f, value):
+    _INJECT["calls"] += 1
+    if _INJECT["armed"] and _INJECT["calls"] >= _INJECT["fail_at"]:
+      if not _INJECT["always"]:
+        _INJECT["armed"] = False
+      _INJECT["failures"] += 1
+      f.flush()  # part of the shard is really on disk when the bundle dies
+      raise RuntimeError("injected failure while writing a shard")
+    return _REAL_UTIL.write_record(f, value)
+
+
+def _arm(monkeypatch, fail_at: int, always: bool) -> None:
+  _INJECT.update(armed=True, calls=0, fail_at=fail_at, failures=0, always=always)
+  monkeypatch.setattr(sink, "_TFRecordUtil", _FlakyTFRecordUtil)
+
+
+@pytest.fixture(scope="module")
+def retried(ds, reshard, tmp_path_factory):
+  """BundleBasedDirectRunner (retries a failed bundle up to 4 times), one injected failure in
+  the middle of the second shard."""
+  output = str(tmp_path_factory.mktemp("retried") / "out")
+  with pytest.MonkeyPatch.context() as mp:
+    _arm(mp, fail_at=IMAGES // 2 + 2, always=False)
+    run = bd.convert(args(ds, output, "--num-shards", "2",
+                          "--runner=BundleBasedDirectRunner"))
+    inject = dict(_INJECT)
+  return {"run": run, "inject": inject, "files": listing(output), "output": output}
+
+
+def test_retry_happened(retried):
+  assert retried["inject"]["failures"] == 1
+  # records of the failed attempt were written again
+  assert retried["inject"]["calls"] > IMAGES
+  assert retried["run"].code == 0
+
+
+def test_retried_output_is_byte_identical(retried, reshard):
+  clean = reshard["second_files"]
+  got = retried["files"]
+  assert sorted(shards(got)) == sorted(shards(clean))
+  for name in shards(clean):
+    assert got[name] == clean[name], f"{name} differs from the clean run"
+  assert got["label_map.pbtxt"] == clean["label_map.pbtxt"]
+  errors = [n for n in got if n.startswith("errors-")]
+  assert [got[n] for n in errors] == [clean[n] for n in errors if n in clean]
+
+
+def test_retried_output_complete_without_duplicates(retried, reshard):
+  run = retried["run"]
+  names = [e["filename"] for e in run.examples]
+  assert len(names) == len(set(names)) == IMAGES
+  assert sorted(names) == sorted(e["filename"] for e in reshard["second"].examples)
+  assert run.manifest["totals"] == reshard["second"].manifest["totals"]
+  assert run.manifest["splits"] == reshard["second"].manifest["splits"]
+  assert [e["reason"] for e in run.errors] == ["missing_image"]  # reported once, not twice
+  assert run.manifest["errors"]["count"] == 1
+
+
+def test_retried_run_leaves_no_temporary_files(retried):
+  assert_no_leftovers(retried["output"])
+
+
+# --------------------------------------------------------------------------------------------
+# A run that dies (no retry): nothing that looks finished
+
+
+def _final_outputs(names) -> list:
+  return [n for n in names if SHARD_NAME.match(n) or n == "manifest.json"]
+
+
+@pytest.fixture(scope="module")
+def died_in_writer(ds, tmp_path_factory):
+  output = str(tmp_path_factory.mktemp("died") / "out")
+  with pytest.MonkeyPatch.context() as mp:
+    _arm(mp, fail_at=IMAGES // 2 + 2, always=True)
+    with pytest.raises(Exception) as info:
+      bd.convert(args(ds, output, "--num-shards", "2"))
+  return {"output": output, "error": info.value, "files": listing(output)}
+
+
+def test_died_in_writer_leaves_no_final_files(died_in_writer):
+  assert "injected failure" in str(died_in_writer["error"])
+  top_level = [n for n in died_in_writer["files"] if "/" not in n]
+  assert not _final_outputs(top_level), top_level
+  assert "manifest.json" not in died_in_writer["files"]
+
+
+def test_rerun_after_death_is_refused_then_overwrites(died_in_writer, ds, reshard, capsys):
+  output = died_in_writer["output"]
+  if os.listdir(output):  # leftovers of the dead run (staging) make the directory non-empty
+    code = cli.main(["convert", *args(ds, output, "--num-shards", "2"), bd.RUNNER])
+    assert code == 2
+    assert "--overwrite" in capsys.readouterr().err
+  run = bd.convert(args(ds, output, "--num-shards", "2", "--overwrite"))
+  assert run.code == 0
+  assert_no_leftovers(output)
+  files = listing(output)
+  for name, data in shards(reshard["second_files"]).items():
+    assert files[name] == data
+
+
+def test_died_in_finalize_leaves_no_manifest(ds, tmp_path, monkeypatch):
+  """The manifest is the mark of a finished run: a run dying while writing it has none."""
+  from apache_beam.io.filesystems import FileSystems
+  real_create = FileSystems.create
+
+  def create(path, *a, **kw):
+    if "manifest" in os.path.basename(path):
+      raise RuntimeError("injected failure in finalize")
+    return real_create(path, *a, **kw)
+
+  monkeypatch.setattr(FileSystems, "create", staticmethod(create))
+  output = str(tmp_path / "out")
+  with pytest.raises(Exception) as info:
+    bd.convert(args(ds, output, "--num-shards", "2"))
+  assert "injected failure in finalize" in str(info.value)
+  assert "manifest.json" not in os.listdir(output)
+  monkeypatch.undo()
+  run = bd.convert(args(ds, output, "--num-shards", "2", "--overwrite"))
+  assert run.code == 0 and len(run.examples) == IMAGES
+  assert_no_leftovers(output)
