@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import resource
 import shlex
 import shutil
@@ -49,6 +50,11 @@ class Variant:
   label: str
   kind: str                     # tool | naive
   args: List[str]               # extra CLI args (tool) or the naive.py mode
+
+  @property
+  def slug(self) -> str:
+    """The name made safe for file names (no spaces, no glob characters like [ ])."""
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", self.name).strip("_")
 
   @property
   def shard_sink(self) -> bool:
@@ -180,12 +186,12 @@ def command(variant: Variant, data: datasets.Dataset, out: str) -> List[str]:
 
 def run_once(variant: Variant, data: datasets.Dataset, work: str, logs: str, tag: str,
              keep: bool) -> Run:
-  out = os.path.join(work, f"{variant.name}-{data.count}")
+  out = os.path.join(work, f"{variant.slug}-{data.count}")
   shutil.rmtree(out, ignore_errors=True)
   os.makedirs(out)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
              PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
-  log = os.path.join(logs, f"{variant.name}-{data.count}-{tag}.log")
+  log = os.path.join(logs, f"{variant.slug}-{data.count}-{tag}.log")
   result = measure(command(variant, data, out), log, env)
   if variant.args != ["read"] and result.ok:
     result.records, result.digest = inspect_output(out)
@@ -333,7 +339,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print_table(variants, medians, "tool")
     identity = identity_check(variants, runs)
     if len(identity["variants"]) > 0:
-      print(f"shard bytes identical across {sum(len(runs[n]) for n in identity['variants'])} runs "
+      ok_runs = sum(r.ok for n in identity["variants"] for r in runs[n])
+      print(f"shard bytes identical across {ok_runs} successful runs "
             f"of {', '.join(identity['variants'])}: {'yes' if identity['identical'] else 'NO'}")
     if "beam_sink_identical_across_runs" in identity:
       print("--sink beam output identical across its runs: "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 
 import pytest
 
@@ -49,10 +50,11 @@ def shards(files: dict) -> dict:
 
 
 def assert_no_leftovers(output: str) -> None:
+  """No temporary file or directory anywhere: the output holds only the run's own files."""
   for name in listing(output):
     base = os.path.basename(name.rstrip("/"))
     assert not base.startswith((".tmp", ".part")), f"left behind: {name}"
-    assert "/" not in name.rstrip("/"), f"unexpected subdirectory content: {name}"
+    assert "/" not in name, f"directory left in the output: {name}"
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +116,7 @@ def test_finished_runs_leave_no_temporary_files(reshard):
     for name in files:
       base = os.path.basename(name.rstrip("/"))
       assert not base.startswith((".tmp", ".part")), name
-      assert not name.endswith("/"), f"directory left in the output: {name}"
+      assert "/" not in name, f"directory left in the output: {name}"
 
 
 def test_manifest_written_last(reshard):
@@ -222,18 +224,49 @@ def test_died_in_writer_leaves_no_final_files(died_in_writer):
   assert "manifest.json" not in died_in_writer["files"]
 
 
-def test_rerun_after_death_is_refused_then_overwrites(died_in_writer, ds, reshard, capsys):
-  output = died_in_writer["output"]
-  if os.listdir(output):  # leftovers of the dead run (staging) make the directory non-empty
-    code = cli.main(["convert", *args(ds, output, "--num-shards", "2"), bd.RUNNER])
-    assert code == 2
-    assert "--overwrite" in capsys.readouterr().err
+def _copy_of(output: str, target: str) -> str:
+  shutil.copytree(output, target, symlinks=True)
+  return target
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: output.py prepare decides 'empty' with FileSystems.match(OUTPUT/*) + (OUTPUT/.*), "
+    "which never returns directories; a directory holding only subdirectories (here the dead "
+    "run's .tmp-run-*/ staging with a finished shard and a .part file, and Beam's "
+    "beam-temp-errors-*/) is taken as empty, so the run proceeds without --overwrite"))
+def test_dead_run_leftovers_make_output_non_empty(died_in_writer, ds, tmp_path, capsys):
+  output = _copy_of(died_in_writer["output"], str(tmp_path / "out"))
+  assert os.listdir(output)
+  code = cli.main(["convert", *args(ds, output, "--num-shards", "2"), bd.RUNNER])
+  assert code == 2
+  assert "--overwrite" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def overwritten_after_death(died_in_writer, ds, tmp_path_factory):
+  output = _copy_of(died_in_writer["output"], str(tmp_path_factory.mktemp("revived") / "out"))
   run = bd.convert(args(ds, output, "--num-shards", "2", "--overwrite"))
-  assert run.code == 0
-  assert_no_leftovers(output)
-  files = listing(output)
+  return {"run": run, "files": listing(output), "output": output}
+
+
+def test_overwrite_after_death_gives_the_clean_output(overwritten_after_death, reshard):
+  run, files = overwritten_after_death["run"], overwritten_after_death["files"]
+  assert run.code == 0 and len(run.examples) == IMAGES
+  assert sorted(shards({k: v for k, v in files.items() if "/" not in k})) == sorted(
+      shards(reshard["second_files"]))
   for name, data in shards(reshard["second_files"]).items():
     assert files[name] == data
+  assert not [n for n in files if os.path.basename(n).startswith(".part")]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: output.py prepare --overwrite removes files matching OWN_PATTERNS through "
+    "FileSystems.match, which never returns directories: the dead run's (emptied) "
+    ".tmp-run-*/ staging directory stays, and Beam's WriteToText temp directory "
+    "beam-temp-errors-*/ is not in OWN_PATTERNS at all; both remain after a successful "
+    "--overwrite run"))
+def test_overwrite_after_death_leaves_no_directories(overwritten_after_death):
+  assert_no_leftovers(overwritten_after_death["output"])
 
 
 def test_died_in_finalize_leaves_no_manifest(ds, tmp_path, monkeypatch):

@@ -74,8 +74,11 @@ def touch_new_image(data: Path, name: str):
   (data / "images" / name).write_bytes(first.read_bytes())
 
 
-def test_runs_skip_and_publish_new_versions(setup):
-  data, dest, env, args, _ = setup
+def test_versions_skips_kills_and_failures(setup):
+  """One history, in order: publish, skip, a killed run, a new version replacing the old
+  (--keep 1), a failing run."""
+  data, dest, env, args, reading = setup
+  args = [a if a != "2" else "1" for a in args]  # --keep 1
   code, err = wrapper(env, args)
   assert code == 0, err + (dest / "logs" / "cron.log").read_text()
   first = versions(dest)
@@ -84,31 +87,14 @@ def test_runs_skip_and_publish_new_versions(setup):
   assert manifest["status"] == "ok" and manifest["source_fingerprint"]["files"] > 0
   assert manifest["totals"]["examples"] == 6
 
-  code, err = wrapper(env, args)  # nothing changed
-  assert code == 0 and "skipped" in err
+  # Nothing changed: skipped, nothing new.
+  code, err = wrapper(env, args)
+  assert code == 0 and "skipped" in err, err
   assert versions(dest) == first and latest(dest) == f"versions/{first[0]}"
 
-  touch_new_image(data, "new_1.jpg")  # the source changed: a new version
-  code, err = wrapper(env, args)
-  assert code == 0, err
-  second = versions(dest)
-  assert len(second) == 2 and latest(dest) == f"versions/{second[-1]}" != f"versions/{first[0]}"
-
-  touch_new_image(data, "new_2.jpg")  # and again: only --keep 2 versions remain
-  code, err = wrapper(env, args)
-  assert code == 0, err
-  third = versions(dest)
-  assert len(third) == 2 and first[0] not in third and latest(dest) == f"versions/{third[-1]}"
-  log = (dest / "logs" / "cron.log").read_text()
-  assert "skipped" in log and "removing old version" in log
-  assert "verify: " in log  # the verify step ran and logged its result
-
-
-def test_killed_run_leaves_latest_and_nothing_complete_looking(setup):
-  data, dest, env, args, reading = setup
-  assert wrapper(env, args)[0] == 0
-  before_versions, before_latest = versions(dest), latest(dest)
-  touch_new_image(data, "new.jpg")
+  # The source changes; the run that would publish it is killed while reading images.
+  touch_new_image(data, "new_1.jpg")
+  reading.unlink()
   proc = start(dict(env, SLOW_SECONDS="1"), args)
   deadline = time.monotonic() + 120
   while not reading.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -116,53 +102,53 @@ def test_killed_run_leaves_latest_and_nothing_complete_looking(setup):
   assert reading.exists(), "the conversion never started reading images"
   proc.send_signal(signal.SIGTERM)  # as cron's or a person's kill would
   out, err = proc.communicate(timeout=60)
-  assert proc.returncode != 0
-  assert "interrupted" in err
-  assert latest(dest) == before_latest
-  assert versions(dest) == before_versions  # no new version, no .inprogress left
-  # The lock is free again and the next run publishes the change.
+  assert proc.returncode != 0 and "interrupted" in err, err
+  assert latest(dest) == f"versions/{first[0]}"
+  assert versions(dest) == first  # no new version, no .inprogress left behind
+
+  # The next run publishes the change; with --keep 1 the old version goes.
   code, err = wrapper(env, args)
   assert code == 0, err
-  assert len(versions(dest)) == 2 and latest(dest) != before_latest
+  second = versions(dest)
+  assert len(second) == 1 and second != first and latest(dest) == f"versions/{second[0]}"
+  assert json.loads((dest / "LATEST" / "manifest.json").read_text())["totals"]["examples"] == 6
+  log = (dest / "logs" / "cron.log").read_text()
+  assert "skipped" in log and "removing old version" in log and "interrupted" in log
+  assert "verify: 6 examples parsed with TensorFlow: OK" in log
+
+  # A failing conversion: non-zero, LATEST and the versions untouched.
+  touch_new_image(data, "new_2.jpg")
+  code, err = wrapper(env, args + ["--num-shards", "0"])
+  assert code != 0 and "convert failed" in err, err
+  assert versions(dest) == second and latest(dest) == f"versions/{second[0]}"
 
 
-def test_killed_hard_run_is_cleaned_by_the_next(setup):
+def test_overlap_and_a_hard_kill(setup):
+  """A second run while one is going exits with 'already running'; a run killed with SIGKILL
+  (no trap) leaves only a hidden .inprogress directory, which the next run removes."""
   data, dest, env, args, reading = setup
-  proc = start(dict(env, SLOW_SECONDS="0.3"), args)
-  while not reading.exists() and proc.poll() is None:
+  first = start(dict(env, SLOW_SECONDS="0.5"), args)
+  deadline = time.monotonic() + 120
+  while not reading.exists() and first.poll() is None and time.monotonic() < deadline:
     time.sleep(0.05)
-  os.killpg(proc.pid, signal.SIGKILL)  # wrapper and conversion gone, no trap ran
-  proc.communicate(timeout=30)
+  assert reading.exists()
+  second = start(env, args)
+  out2, err2 = second.communicate(timeout=60)
+  assert second.returncode == 0 and "already running" in err2, err2
+
+  os.killpg(first.pid, signal.SIGKILL)  # wrapper and conversion, no trap runs
+  first.communicate(timeout=30)
+  deadline = time.monotonic() + 30  # the killed conversion lets go of the lock as it exits
+  while subprocess.run(["flock", "-n", str(dest / ".lock"), "true"]).returncode != 0:
+    assert time.monotonic() < deadline, "lock still held after SIGKILL"
+    time.sleep(0.1)
   left = versions(dest)
   assert left and all(n.startswith(".inprogress-") for n in left), left
   assert latest(dest) is None
   assert not (dest / "versions" / left[0] / "manifest.json").exists()
+
   code, err = wrapper(env, args)
   assert code == 0, err
   assert "removing the unfinished run" in err
   assert [n for n in versions(dest) if n.startswith(".")] == []
-  assert latest(dest) is not None
-
-
-def test_two_at_once_do_not_overlap(setup):
-  data, dest, env, args, reading = setup
-  slow = dict(env, SLOW_SECONDS="0.2")
-  first = start(slow, args)
-  while not reading.exists() and first.poll() is None:
-    time.sleep(0.05)
-  second = start(slow, args)
-  out2, err2 = second.communicate(timeout=60)
-  out1, err1 = first.communicate(timeout=180)
-  assert second.returncode == 0 and "already running" in err2
-  assert first.returncode == 0, err1
-  assert len(versions(dest)) == 1
-
-
-def test_failed_conversion_exits_non_zero_and_keeps_latest(setup):
-  data, dest, env, args, _ = setup
-  assert wrapper(env, args)[0] == 0
-  before = latest(dest)
-  (data / "train_labels.csv").write_text("not,a,valid\ncsv")
-  code, err = wrapper(env, args + ["--strict"])
-  assert code != 0 and "failed" in err
-  assert latest(dest) == before and len(versions(dest)) == 1
+  assert latest(dest) is not None and (dest / "LATEST" / "manifest.json").exists()

@@ -355,7 +355,8 @@ def test_user_label_map_overrides_ids_and_reports_unknown_classes(shared, datase
                  errors_by_reason={"unknown_class": len(dogs)})
   assert sorted((e["key"], e["reason"], e["stage"]) for e in out.errors) == \
       sorted((name, "unknown_class", "validate") for name, _ in dogs)
-  assert all("dog" in e["message"] for e in out.errors)
+  assert all("dog" in e["message"] and e["level"] == "object" for e in out.errors)
+  assert out.manifest["errors"]["by_level"] == {"object": len(dogs)}
   assert {e["source"] for e in out.errors} <= {str(dataset.coco_file(s)) for s in dataset.splits}
   only_dogs = [im.file_name for im in dataset.images
                if im.boxes and all(b[0] == "dog" for b in im.boxes)]
