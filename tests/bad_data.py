@@ -96,6 +96,31 @@ def png_bomb(width: int = 100_000, height: int = 100_000, garbage_idat: bool = T
           png_chunk(b"IEND", b""))
 
 
+def _png_chunk_offset(data: bytes, kind: bytes) -> tuple:
+  """(offset of the chunk's data, its length) of the first `kind` chunk."""
+  at = data.index(kind)
+  (length,) = struct.unpack(">I", data[at - 4:at])
+  return at + 4, length
+
+
+def png_bad_zlib(size: Tuple[int, int] = (64, 48)) -> bytes:
+  """A PNG with intact structure (IHDR ... IEND, valid CRCs) whose pixel data is not zlib."""
+  data = png(size)
+  start, length = _png_chunk_offset(data, b"IDAT")
+  body = b"\x00" * length
+  crc = struct.pack(">I", zlib.crc32(b"IDAT" + body) & 0xFFFFFFFF)
+  return data[:start] + body + crc + data[start + length + 4:]
+
+
+def png_bad_crc(size: Tuple[int, int] = (64, 48)) -> bytes:
+  """A PNG whose pixel data is fine but whose IDAT CRC is wrong (libpng, hence TF, refuses
+  it; Pillow's load() does not check CRCs)."""
+  data = png(size)
+  start, length = _png_chunk_offset(data, b"IDAT")
+  at = start + length
+  return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
+
+
 def truncated_half(data: bytes) -> bytes:
   return data[: len(data) // 2]
 

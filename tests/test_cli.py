@@ -9,14 +9,15 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from beam_tfrecord import cli
 
-from conftest import (REPO, check_all_images, check_manifest, make_dataset, read_output,
-                      run_cli, run_python)
+from conftest import (REPO, check_all_images, check_manifest, read_output, run_cli,
+                      run_python)
 
 CONVERT_OPTIONS = ("--format", "--input", "--images", "--output", "--label-map", "--split",
                    "--num-shards", "--shard-size-mb", "--sink", "--csv-columns", "--bbox-policy",
@@ -73,7 +74,7 @@ def test_console_script_entry_point():
   match = re.search(r"[\"']beam-tfrecord\s*=\s*([\w.]+):(\w+)[\"']", setup)
   assert match, "no beam-tfrecord console script in setup.py"
   assert getattr(importlib.import_module(match.group(1)), match.group(2)) is cli.main
-  script = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin" / "beam-tfrecord"
+  script = Path(sys.executable).parent / "beam-tfrecord"  # installed by `pip install -e .`
   if script.exists():
     import subprocess
     from conftest import subprocess_env

@@ -19,7 +19,7 @@ from beam_tfrecord import boxes, images, label_map, paths, protos, sharding
 from beam_tfrecord.model import Box, ImageAnnotation, InputError, ObjectAnnotation
 from beam_tfrecord.schemas import od_api
 
-from conftest import REPO, run_python
+from conftest import run_python
 
 
 # =============================================================================================
@@ -94,16 +94,12 @@ def test_split_for_key_same_in_other_processes():
   fractions = {"train": 0.6, "val": 0.3, "test": 0.1}
   here = [sharding.split_for_key(k, fractions) for k in keys]
   code = ("import json, sys; from beam_tfrecord import sharding; "
-          "keys, fr = json.loads(sys.stdin.read()); "
+          "keys, fr = json.loads(sys.argv[1]); "
           "print(json.dumps([sharding.split_for_key(k, fr) for k in keys]))")
   for seed in ("0", "1234"):
-    import subprocess
-    from conftest import PYTHON, subprocess_env
-    out = subprocess.run([PYTHON, "-c", code], input=json.dumps([keys, fractions]), text=True,
-                         capture_output=True, cwd=str(REPO),
-                         env=subprocess_env(PYTHONHASHSEED=seed), timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == here
+    result = run_python(["-c", code, json.dumps([keys, fractions])], PYTHONHASHSEED=seed)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == here
 
 
 @pytest.mark.parametrize("count,total,num_shards,size_mb,expected", [
