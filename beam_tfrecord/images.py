@@ -83,6 +83,14 @@ def _check_complete(data: bytes, fmt: str) -> None:
     raise InputError("decode", "truncated_image", "PNG has no IEND chunk (the file is cut short)")
 
 
+def _allow_pillow(max_pixels: int) -> None:
+  """Pillow refuses to open images above 2 x Image.MAX_IMAGE_PIXELS; when --max-pixels asks
+  for more, raise Pillow's (process-wide) limit. Only ever raised, so threads cannot undo it;
+  our own check in probe() then decides, from the header, before anything is decoded."""
+  if Image.MAX_IMAGE_PIXELS is not None and max_pixels > 2 * Image.MAX_IMAGE_PIXELS:
+    Image.MAX_IMAGE_PIXELS = max_pixels // 2 + 1
+
+
 def probe(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageInfo:
   """Format, size, channels and EXIF orientation from the header, without decoding pixels."""
   if not data:
@@ -91,17 +99,16 @@ def probe(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageInfo:
   if fmt is None:
     raise InputError("decode", "unknown_format",
                      f"not a recognised image (first bytes {data[:8]!r})")
-  saved_limit = Image.MAX_IMAGE_PIXELS
-  Image.MAX_IMAGE_PIXELS = None  # our own limit below applies, before any decoding
+  _allow_pillow(max_pixels)
   try:
     with Image.open(io.BytesIO(data)) as image:
       width, height = image.size
       channels = _channels(image)
       orientation = _orientation(image) if fmt in ("jpeg", "png", "tiff", "webp") else 1
+  except Image.DecompressionBombError as e:
+    raise InputError("decode", "decompression_bomb", str(e)) from None
   except Exception as e:  # Pillow raises many types for bad headers
     raise InputError("decode", "corrupt_image", f"{type(e).__name__}: {e}") from None
-  finally:
-    Image.MAX_IMAGE_PIXELS = saved_limit
   if width <= 0 or height <= 0:
     raise InputError("decode", "corrupt_image", f"image has size {width}x{height}")
   if width * height > max_pixels:

@@ -64,7 +64,7 @@ params.update({"output": "$WORK/dataflow-out", "temp_location": "gs://demo-bucke
                "staging_location": "gs://demo-bucket/staging"})
 env = NativeEnvironment()
 options = env.from_string(convert.pipeline_options).render(params=params)
-options.update(project="demo-project", job_name="beam-tfrecord-coco-test", dry_run=True)
+options.update(project="demo-project", job_name="beam-tfrecord-coco-test", dry_run="True")
 py_file = env.from_string(convert.py_file).render(params=params)
 json.dump([py_file] + beam_options_to_args(options), open(sys.argv[1], "w"))
 PY
@@ -76,6 +76,7 @@ auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
 py_file, *args = json.load(open(sys.argv[1]))
 print("  " + " ".join([os.path.basename(py_file)] + args))
 assert "--if-changed" in args and any(a.startswith("--input=") for a in args), args
+args.remove("--if-changed")  # its listing of the gs:// sources would need the network
 sys.argv = [py_file] + args
 try:
   runpy.run_path(py_file, run_name="__main__")
