@@ -30,7 +30,8 @@ setup(
         "rich>=13",             # progress line on terminals
     ],
     extras_require={
-        "dev": ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6"],
+        "dev": ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6",
+                "gcp-storage-emulator>=2026.7"],  # tests/test_gcs.py: gs:// offline
     },
     entry_points={"console_scripts": ["beam-tfrecord=beam_tfrecord.cli:main"]},
 )

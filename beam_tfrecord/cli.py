@@ -185,7 +185,7 @@ def _wait(result, options):
   elif type(result).__name__ == "DataflowPipelineResult" or options.view_as(TestOptions).dry_run:
     print("beam-tfrecord: job built, not run (template or --dry_run)", file=sys.stderr)
     return None
-  if options.view_as(StandardOptions).no_wait_until_finish:
+  if options.view_as(StandardOptions).no_wait_until_finish and getattr(result, "has_job", False):
     print("beam-tfrecord: job submitted, not waiting for it (--no_wait_until_finish)",
           file=sys.stderr)
     return None
@@ -251,7 +251,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   args, beam_args = parser.parse_known_args(argv)
   if args.command not in ("convert", "demo") and beam_args:
     parser.error(f"unrecognized arguments: {' '.join(beam_args)}")
-  bad = [a for a in beam_args if not a.startswith("--")]
+  # A bare word is fine as the value of a preceding "--flag" (Beam accepts "--runner X").
+  bad = [a for i, a in enumerate(beam_args) if not a.startswith("--") and not (
+      i > 0 and beam_args[i - 1].startswith("--") and "=" not in beam_args[i - 1])]
   if bad:
     parser.error(f"unrecognized arguments: {' '.join(bad)}")
   logging.getLogger("apache_beam").setLevel(logging.WARNING)

@@ -75,6 +75,10 @@ class ConvertConfig:
       raise ValueError("--shard-size-mb must be positive")
     if self.split:
       sharding.parse_split_fractions(self.split)
+    for item in list(self.inputs) + list(self.images):
+      split, _ = paths.parse_assignment(item)
+      if split:
+        sharding.check_split_name(split)
     if self.bbox_policy not in BBOX_POLICIES:
       raise ValueError(f"--bbox-policy must be one of {', '.join(BBOX_POLICIES)}")
     if self.exif_frame not in EXIF_FRAMES:

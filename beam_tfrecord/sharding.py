@@ -4,9 +4,21 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import hashlib
+import math
+import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 DEFAULT_SHARD_SIZE_MB = 150.0
+# Split names become file names (SPLIT-00000-of-00004.tfrecord): no separators, no leading dot.
+_SPLIT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def check_split_name(name: str) -> str:
+  """The name itself when it is usable as a split (file-name safe), else ValueError."""
+  if not isinstance(name, str) or not _SPLIT_NAME.fullmatch(name):
+    raise ValueError(f"split name {name!r} must be letters, digits, '_', '.', '-' "
+                     "and not start with '.' or '-'")
+  return name
 
 
 def parse_split_fractions(text: str) -> Dict[str, float]:
@@ -17,6 +29,7 @@ def parse_split_fractions(text: str) -> Dict[str, float]:
     name = name.strip()
     if not sep or not name:
       raise ValueError(f"bad split {part!r}: expected NAME=FRACTION")
+    check_split_name(name)
     if name in fractions:
       raise ValueError(f"split {name!r} given twice")
     try:
@@ -62,7 +75,7 @@ def num_shards_for(count: int, total_bytes: int, num_shards: Optional[int],
     wanted = num_shards
   else:
     target = (shard_size_mb or DEFAULT_SHARD_SIZE_MB) * 1024 * 1024
-    wanted = -(-total_bytes // int(target))  # ceil
+    wanted = math.ceil(total_bytes / target)
   return max(1, min(int(wanted), count))
 
 

@@ -92,11 +92,16 @@ class Run:
 
 
 class TreeSampler(threading.Thread):
-  """Samples RSS and CPU times of a process and all its descendants until stopped."""
+  """Samples RSS and CPU times of a process and all its descendants until stopped.
 
-  def __init__(self, pid: int):
+  Kills the tree (by pid) if its RSS passes limit_bytes: the machine is shared.
+  """
+
+  def __init__(self, pid: int, limit_bytes: float):
     super().__init__(daemon=True)
     self.root = psutil.Process(pid)
+    self.limit = limit_bytes
+    self.killed = False
     self.peak_rss = 0
     self.cpu: Dict[tuple, float] = {}   # (pid, create_time) -> last seen user+sys
     self.stopped = threading.Event()
@@ -116,6 +121,13 @@ class TreeSampler(threading.Thread):
       except psutil.Error:  # exited between listing and reading
         pass
     self.peak_rss = max(self.peak_rss, rss)
+    if rss > self.limit and not self.killed:
+      self.killed = True
+      for proc in reversed(procs):
+        try:
+          proc.kill()
+        except psutil.Error:
+          pass
 
   def run(self) -> None:
     while not self.stopped.is_set():
@@ -123,14 +135,14 @@ class TreeSampler(threading.Thread):
       self.stopped.wait(SAMPLE_SECONDS)
 
 
-def measure(cmd: Sequence[str], log_path: str, env: Dict[str, str]) -> Run:
+def measure(cmd: Sequence[str], log_path: str, env: Dict[str, str], max_rss_mb: float) -> Run:
   """Run cmd to completion; wall time, tree CPU time and peak tree RSS."""
   load = os.getloadavg()[0]
   before = resource.getrusage(resource.RUSAGE_CHILDREN)
   start = time.perf_counter()
   with open(log_path, "wb") as log:
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-  sampler = TreeSampler(proc.pid)
+  sampler = TreeSampler(proc.pid, max_rss_mb * MB)
   sampler.start()
   proc.wait()
   wall = time.perf_counter() - start
@@ -143,7 +155,9 @@ def measure(cmd: Sequence[str], log_path: str, env: Dict[str, str]) -> Run:
   cpu = max(rusage_cpu, sum(sampler.cpu.values()))
   return Run(wall_s=wall, cpu_s=cpu, peak_rss_mb=sampler.peak_rss / MB,
              processes=len(sampler.cpu), returncode=proc.returncode, load_avg=load,
-             error=f"exit code {proc.returncode}" if proc.returncode else "", log=log_path)
+             error=(f"killed: tree RSS passed --max-rss-mb {max_rss_mb:.0f}" if sampler.killed
+                    else f"exit code {proc.returncode}" if proc.returncode else ""),
+             log=log_path)
 
 
 def count_records(path: str) -> int:
@@ -185,14 +199,14 @@ def command(variant: Variant, data: datasets.Dataset, out: str) -> List[str]:
 
 
 def run_once(variant: Variant, data: datasets.Dataset, work: str, logs: str, tag: str,
-             keep: bool) -> Run:
+             keep: bool, max_rss_mb: float) -> Run:
   out = os.path.join(work, f"{variant.slug}-{data.count}")
   shutil.rmtree(out, ignore_errors=True)
   os.makedirs(out)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
              PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
   log = os.path.join(logs, f"{variant.slug}-{data.count}-{tag}.log")
-  result = measure(command(variant, data, out), log, env)
+  result = measure(command(variant, data, out), log, env, max_rss_mb)
   if variant.args != ["read"] and result.ok:
     result.records, result.digest = inspect_output(out)
     if result.records != data.count:
@@ -215,11 +229,11 @@ def summarize(runs: List[Run], data: datasets.Dataset) -> Dict[str, float]:
 
 
 def measure_all(variants: List[Variant], data: datasets.Dataset, repeats: int, work: str,
-                logs: str, keep: bool) -> Dict[str, List[Run]]:
+                logs: str, keep: bool, max_rss_mb: float) -> Dict[str, List[Run]]:
   runs: Dict[str, List[Run]] = {v.name: [] for v in variants}
   for rep in range(repeats):
     for variant in variants:
-      run = run_once(variant, data, work, logs, f"r{rep}", keep)
+      run = run_once(variant, data, work, logs, f"r{rep}", keep, max_rss_mb)
       runs[variant.name].append(run)
       status = "ok" if run.ok else f"FAILED: {run.error} (log: {run.log})"
       print(f"  [{rep + 1}/{repeats}] {variant.name:<16} {run.wall_s:7.2f} s {run.peak_rss_mb:6.0f} MB "
@@ -293,6 +307,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       "<timestamp>.json)")
   parser.add_argument("--cache-dir", default=datasets.DEFAULT_CACHE,
                       help="dataset cache (default benchmarks/.cache)")
+  parser.add_argument("--max-rss-mb", type=float, default=8000,
+                      help="kill a run whose process tree passes this RSS (default 8000 MB; "
+                      "the machine is shared)")
   parser.add_argument("--keep-outputs", action="store_true",
                       help="keep each variant's output in CACHE/runs/ (default: deleted)")
   args = parser.parse_args(_attach_beam_args(sys.argv[1:] if argv is None else argv))
@@ -332,7 +349,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"\nN={count}: {data.total_bytes / MB:.1f} MB of JPEG "
           f"(mean {data.total_bytes / count / 1e3:.1f} KB), {data.boxes} boxes; "
           f"{args.repeats} repeat(s); load average {os.getloadavg()[0]:.2f}", flush=True)
-    runs = measure_all(variants, data, args.repeats, work, logs, args.keep_outputs)
+    runs = measure_all(variants, data, args.repeats, work, logs, args.keep_outputs,
+                       args.max_rss_mb)
     medians = {v.name: summarize(runs[v.name], data) for v in variants}
     print(f"\nMedians of {args.repeats} run(s), N={count} images, "
           f"{data.total_bytes / MB:.0f} MB:")

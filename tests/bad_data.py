@@ -134,8 +134,11 @@ def other_formats() -> Dict[str, Tuple[bytes, str]]:
   """{name: (bytes, Pillow mode the pixels should be compared in)} for formats that the
   library re-encodes as PNG."""
   gif_src = solid("P", (40, 30))
+  second = solid("P", (40, 30), color=3)
   return {
       "gif": (save(gif_src, "GIF"), "RGB"),
+      "animated_gif": (save(gif_src, "GIF", save_all=True, append_images=[second],
+                            duration=100, loop=0), "RGB"),
       "bmp": (save(solid("RGB", (40, 30)), "BMP"), "RGB"),
       "webp": (save(solid("RGBA", (40, 30)), "WEBP", lossless=True), "RGBA"),
       "tiff": (save(solid("RGB", (40, 30)), "TIFF"), "RGB"),

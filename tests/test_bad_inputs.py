@@ -108,7 +108,7 @@ EXPECTED_CHANNELS = {"plain.jpg": 3, "png_named.jpg": 3, "cmyk.jpg": 3, "gray.jp
                      "png16_gray.png": 1, "png16_rgb.png": 3, "palette.png": 3,
                      "palette_trns.png": 4, "rgba.png": 4, "la.png": 2}
 
-COCO_REENCODED = ("other.gif", "other.bmp", "other.webp", "other.tiff")
+COCO_REENCODED = ("other.gif", "animated.gif", "other.bmp", "other.webp", "other.tiff")
 
 # EXIF photos, auto frame: (orientation, annotated size given as, box given in, format)
 COCO_EXIF = {
@@ -136,7 +136,7 @@ COCO_BOXES = {
 }
 CLIPPED_IN_MAIN = 2
 
-# Auxiliary COCO files in the same run: (name, section order, how it is broken)
+# Auxiliary COCO files in the same run (see CocoCorpus.write_aux for how each is broken)
 AUX = ("truncated", "malformed", "nan", "inf", "empty", "not_json", "no_sections")
 
 CATEGORIES = [(1, "cat"), (2, "dog"), (3, "café ☕"), (4, '猫 "neko"')]
@@ -188,15 +188,16 @@ class CocoCorpus:
 
   def build(self):
     r = self
+    no_file = ("missing.jpg", "nul\x00byte.jpg", "", "../outside/outside.jpg",
+               "sub/../../outside/outside.jpg", "file:///etc/passwd", "gs://bucket/x.jpg",
+               "link_out.jpg", "linkdir/outside.jpg")
     for name in COCO_REJECTED:
-      if name in ("missing.jpg",) or name.startswith(("../", "sub/", "file:", "gs:", "link")):
+      if name in no_file:  # names that do not lead to a file inside the root
         r.image(name, size=(64, 48))
       elif name == "ABSOLUTE":
         r.image(name, size=(64, 48), file_name=self.outside)
       elif name == "a_directory.jpg":
         os.makedirs(os.path.join(self.images_dir, name))
-        r.image(name, size=(64, 48))
-      elif name in ("nul\x00byte.jpg", ""):
         r.image(name, size=(64, 48))
       else:
         data = {"trunc_half.jpg": lambda: bd.truncated_half(bd.jpeg((160, 120))),
@@ -265,7 +266,6 @@ class CocoCorpus:
     self.coco.images.append({"id": "seven", "file_name": "plain.jpg"})
     self.coco.images.append({"id": 7778, "file_name": 123})
     self.coco.images.append(42)
-    self.bad_image_entries = 6  # width_abc + the 5 above
 
     # duplicates
     bd.write_bytes(os.path.join(self.images_dir, "dup_id_a.jpg"), bd.jpeg())
@@ -774,10 +774,13 @@ def test_bomb_rejected_from_the_header(garbage_idat):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "BUG: images.py probe calls _orientation(image) -> image.getexif() BEFORE the pixel-count "
-    "check; Pillow's PngImageFile.getexif() calls self.load() when no eXIf chunk precedes "
-    "IDAT, so a PNG bomb is decoded before it is rejected (errors are swallowed by "
-    "_orientation's `except Exception`). Every ordinary PNG is also fully decoded in probe"))
+    "BUG: images.py probe calls _orientation(image) -> image.getexif() BEFORE its own "
+    "pixel-count check; Pillow's PngImageFile.getexif() calls self.load() when no eXIf chunk "
+    "precedes IDAT, so a PNG over --max-pixels (but under Pillow's own 2 x MAX_IMAGE_PIXELS "
+    "refusal) is decoded before it is rejected (decode errors are swallowed by _orientation's "
+    "`except Exception`). Every ordinary PNG is also fully decoded once in probe. Fix: check "
+    "width * height against max_pixels right after Image.open, and read PNG EXIF from "
+    "image.info['exif'] without load()"))
 def test_bomb_rejected_before_decoding(monkeypatch):
   from PIL import ImageFile
   decoded = []
@@ -787,8 +790,8 @@ def test_bomb_rejected_before_decoding(monkeypatch):
     raise AssertionError("pixels decoded")
 
   monkeypatch.setattr(ImageFile.ImageFile, "load", spy)
-  with pytest.raises(InputError) as info:
-    images_mod.probe(bd.png_bomb(100_000, 100_000, garbage_idat=False))
+  with pytest.raises(InputError) as info:  # 64 M pixels, --max-pixels 1 M
+    images_mod.probe(bd.png_bomb(8_000, 8_000, garbage_idat=False), max_pixels=1_000_000)
   assert info.value.reason == "decompression_bomb"
   assert decoded == []
 
@@ -979,30 +982,28 @@ def test_voc_accounting(voc_run):
   assert written + levels["object"] + lost == sum(_voc_objects(x) for x in xmls.values())
 
 
-_VOC_OVERFLOW = pytest.mark.xfail(strict=True, reason=(
-    "BUG: sources/voc.py parse_xml: int(float(w)) for <size><width>inf</width> (and _flag's "
-    "int(float(v)) for <difficult>inf</difficult>) raises OverflowError, which only "
-    "`except ValueError` guards; _ParseXml catches InputError only, so one such XML kills "
-    "the whole pipeline"))
 _VOC_ENCODING = pytest.mark.xfail(strict=True, reason=(
     "BUG: sources/voc.py parse_xml catches DefusedXmlException and ParseError only; expat "
     "raises LookupError for an unknown/non-text encoding in the XML declaration and "
-    "ValueError for encoding='utf-32'; _ParseXml catches InputError only, so the pipeline "
-    "dies"))
+    "ValueError for encoding='utf-32'. _ParseXml's catch-all now keeps the job alive, but the "
+    "record says unexpected_error instead of malformed_xml"))
 
 
-@pytest.mark.parametrize("document", [
-    pytest.param(bd.voc_xml("b.jpg", [_obj()], ("inf", 48)), marks=_VOC_OVERFLOW,
-                 id="width-inf"),
-    pytest.param(bd.voc_xml("b.jpg", [_obj(difficult="inf")]), marks=_VOC_OVERFLOW,
+@pytest.mark.parametrize("document, reason", [
+    pytest.param(bd.voc_xml("b.jpg", [_obj()], ("inf", 48)), "wrong_type", id="width-inf"),
+    pytest.param(bd.voc_xml("b.jpg", [_obj()], (64, "1e999")), "wrong_type", id="height-1e999"),
+    pytest.param(bd.voc_xml("b.jpg", [_obj(difficult="inf")]), "wrong_type",
                  id="difficult-inf"),
     pytest.param(b'<?xml version="1.0" encoding="no-such-codec"?><annotation><filename>b.jpg'
-                 b"</filename></annotation>", marks=_VOC_ENCODING, id="unknown-encoding"),
+                 b"</filename></annotation>", "malformed_xml", marks=_VOC_ENCODING,
+                 id="unknown-encoding"),
     pytest.param(b'<?xml version="1.0" encoding="utf-32"?><annotation><filename>b.jpg'
-                 b"</filename></annotation>", marks=_VOC_ENCODING, id="utf-32"),
+                 b"</filename></annotation>", "malformed_xml", marks=_VOC_ENCODING,
+                 id="utf-32"),
 ])
-def test_voc_bad_document_is_reported_not_a_crash(tmp_path, document):
-  """Each of these XMLs must become one image-level error; the other image converts."""
+def test_voc_bad_document_is_reported_not_a_crash(tmp_path, document, reason):
+  """Each of these XMLs must become one image-level error; the other image converts. (They
+  used to kill the whole pipeline: OverflowError/LookupError/ValueError out of parse_xml.)"""
   voc = tmp_path / "VOC"
   bd.write_bytes(str(voc / "JPEGImages" / "a.jpg"), bd.jpeg())
   bd.write_bytes(str(voc / "JPEGImages" / "b.jpg"), bd.jpeg())
@@ -1015,7 +1016,8 @@ def test_voc_bad_document_is_reported_not_a_crash(tmp_path, document):
   assert run.code == 0
   assert "a.jpg" in run.by_filename()
   [error] = run.errors
-  assert error["level"] == "image" and error["stage"] == "parse"
+  assert (error["level"], error["stage"]) == ("image", "parse")
+  assert error["reason"] == reason, error
 
 
 # ============================================================================================

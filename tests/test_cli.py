@@ -152,11 +152,6 @@ def test_unknown_options_reach_beam(small_dataset, tmp_path):
               f"--output={tmp_path / 'out'}", "--runner=NoSuchRunner"])
 
 
-@pytest.mark.xfail(reason="BUG: cli.main rejects every Beam argument not starting with '--' "
-                   "(`bad = [a for a in beam_args if not a.startswith('--')]`), so the "
-                   "space-separated form Beam and the Dataflow docs use "
-                   "(`--runner DataflowRunner`, `--direct_num_workers 1`) fails with "
-                   "'unrecognized arguments'", strict=True)
 def test_space_separated_beam_options(small_dataset, tmp_path):
   out = tmp_path / "out"
   code = cli.main(["convert", "--format=csv", *small_dataset.inputs("csv"), f"--output={out}",

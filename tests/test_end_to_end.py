@@ -178,10 +178,6 @@ def test_coco_gives_the_same_examples_as_voc_and_csv(coco_sorted_ids_output, for
           sorted(o.values["image/object/area"]), rel=1e-5)
 
 
-@pytest.mark.xfail(reason="BUG: sources/coco.py join_image sorts a COCO image's objects by "
-                   "repr((category_id, Box, ...)) instead of keeping the order of the "
-                   "annotations in the file (VOC and CSV keep file order), so the same dataset "
-                   "gives differently ordered per-object features from COCO", strict=True)
 def test_coco_object_order_follows_the_annotation_file(format_output, dataset):
   out = format_output("coco")
   check_all_images(out, dataset, "coco", dataset.coco_category_ids(), any_order=False)
@@ -414,10 +410,6 @@ def test_bbox_policy_error_rejects_the_image(small_dataset, tmp_path):
   assert out.manifest["errors"]["by_reason"] == {"bbox_partly_outside": 1}
 
 
-@pytest.mark.xfail(reason="BUG: a CSV split value such as '../escaped' is used verbatim in "
-                   "the shard path (sink._WriteShard / pipeline._Finalize join it onto the "
-                   "output), so a CSV can make the run write shards outside --output",
-                   strict=True)
 def test_csv_split_value_cannot_write_outside_the_output(small_dataset, tmp_path):
   """A split comes from data (a CSV column); it must not steer files out of --output."""
   ds = small_dataset

@@ -5,7 +5,7 @@ import json
 import os
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from beam_tfrecord import cli, fingerprint, sample
 from beam_tfrecord.pipeline import ConvertConfig
@@ -16,6 +16,7 @@ entries = st.lists(st.tuples(st.text(min_size=1, max_size=20), st.integers(0, 10
                              st.floats(0, 2e9, allow_nan=False)), max_size=20)
 
 
+@settings(max_examples=50, deadline=None)
 @given(entries, st.randoms())
 def test_order_and_duplicates_do_not_matter(items, rnd):
   shuffled = list(items) + list(items[:3])
@@ -23,6 +24,7 @@ def test_order_and_duplicates_do_not_matter(items, rnd):
   assert fingerprint.compute_from_entries(items) == fingerprint.compute_from_entries(shuffled)
 
 
+@settings(max_examples=50, deadline=None)
 @given(entries.filter(bool), st.integers(0, 2))
 def test_any_name_size_or_time_change_is_seen(items, which):
   path, size, mtime = items[0]

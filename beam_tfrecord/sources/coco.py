@@ -107,7 +107,8 @@ class _ParseSection(beam.DoFn):
             image_id, file_name, width, height = parsed
             yield ((uri, image_id), (split, image_root, file_name, width, height))
           elif section == "annotations":
-            yield beam.pvalue.TaggedOutput("objects", ((uri, parsed[0]), parsed[1:]))
+            # the index keeps the file's object order through the shuffle
+            yield beam.pvalue.TaggedOutput("objects", ((uri, parsed[0]), (index, *parsed[1:])))
           else:
             yield beam.pvalue.TaggedOutput("categories", (uri, parsed))
     except InputError as e:
@@ -140,7 +141,7 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
     yield beam.pvalue.TaggedOutput("errors", e.record(source, file_name))
     return
   objs: List[ObjectAnnotation] = []
-  for category_id, box, is_crowd, area in sorted(objects, key=repr):
+  for _, category_id, box, is_crowd, area in sorted(objects, key=lambda o: o[0]):
     name = categories.get((uri, category_id))
     if name is None:
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(

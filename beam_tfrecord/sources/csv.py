@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import apache_beam as beam
 
 from beam_tfrecord import paths
+from beam_tfrecord.sharding import check_split_name
 from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError, ObjectAnnotation
 from beam_tfrecord.sources import SourceOutput
 
@@ -67,6 +68,11 @@ def parse_row(row: Mapping[str, Any]) -> Tuple[str, Optional[int], Optional[int]
   filename = str(filename)
   width, height = _int(row.get("width"), "width"), _int(row.get("height"), "height")
   split = None if _empty(row.get("split")) else str(row["split"]).strip()
+  if split is not None:
+    try:
+      check_split_name(split)
+    except ValueError as e:
+      raise InputError("parse", "bad_split", f"row for {filename!r}: {e}") from None
   label = row.get("class")
   coords = [row.get(f) for f in BOX_FIELDS]
   if _empty(label) and all(_empty(c) for c in coords):

@@ -40,7 +40,7 @@ def _flag(node, tag: str, what: str) -> Optional[bool]:
     return None
   try:
     return bool(int(float(value)))
-  except ValueError:
+  except (ValueError, OverflowError):
     raise InputError("parse", "wrong_type", f"{what} <{tag}> is {value!r}, not 0/1") from None
 
 
@@ -66,7 +66,7 @@ def parse_xml(data: bytes) -> Tuple[str, Optional[int], Optional[int], List[Obje
     try:
       width = int(float(w)) if w else None
       height = int(float(h)) if h else None
-    except ValueError:
+    except (ValueError, OverflowError):
       raise InputError("parse", "wrong_type", f"<size> is {w!r}x{h!r}") from None
   objects = []
   for i, obj in enumerate(root.findall("object")):
@@ -101,7 +101,7 @@ def split_files(voc_root: str) -> Dict[str, str]:
   result = {}
   for meta in found:
     name = posixpath.basename(meta.path.replace("\\", "/"))[:-4]
-    if "_" not in name:
+    if "_" not in name and not name.startswith((".", "-")):
       result[name] = meta.path
   if "train" in result and "val" in result:
     result.pop("trainval", None)
@@ -122,6 +122,11 @@ class _ParseXml(beam.DoFn):
       key, image_uri = paths.resolve(self.image_root, filename, self.allow_absolute)
     except InputError as e:
       yield beam.pvalue.TaggedOutput("errors", e.record(uri))
+      return
+    except Exception as e:  # unforeseen: report it, never kill the job
+      yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+          source=uri, stage="parse", reason="unexpected_error",
+          message=f"{type(e).__name__}: {e}"))
       return
     split = None
     if use_splits:

@@ -64,19 +64,20 @@ params.update({"output": "$WORK/dataflow-out", "temp_location": "gs://demo-bucke
                "staging_location": "gs://demo-bucket/staging"})
 env = NativeEnvironment()
 options = env.from_string(convert.pipeline_options).render(params=params)
-options.update(project="demo-project", job_name="beam-tfrecord-coco-test", dry_run="True")
+options.update(runner=convert.runner, project="demo-project", job_name="beam-tfrecord-coco-test",
+               dry_run="True")  # what the hook and the operator add, offline
 py_file = env.from_string(convert.py_file).render(params=params)
 json.dump([py_file] + beam_options_to_args(options), open(sys.argv[1], "w"))
 PY
-"$BEAM_TFRECORD_PYTHON" - "$WORK/dataflow-args.json" <<'PY'
+timeout 600 "$BEAM_TFRECORD_PYTHON" - "$WORK/dataflow-args.json" <<'PY'
 import json, os, runpy, sys
 os.environ["NO_GCE_CHECK"] = "True"
 from apache_beam.internal.gcp import auth  # no credential look-up offline
 auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
 py_file, *args = json.load(open(sys.argv[1]))
-print("  " + " ".join([os.path.basename(py_file)] + args))
 assert "--if-changed" in args and any(a.startswith("--input=") for a in args), args
 args.remove("--if-changed")  # its listing of the gs:// sources would need the network
+print("  " + " ".join([os.path.basename(py_file)] + args))
 sys.argv = [py_file] + args
 try:
   runpy.run_path(py_file, run_name="__main__")
@@ -94,7 +95,7 @@ CONF=$(cat <<JSON
 JSON
 )
 set +e
-"$AIRFLOW" dags test beam_tfrecord_direct -c "$CONF" >"$WORK/dags-test.log" 2>&1
+timeout 1200 "$AIRFLOW" dags test beam_tfrecord_direct -c "$CONF" >"$WORK/dags-test.log" 2>&1
 status=$?
 set -e
 # `dags test` exits non-zero when the run failed; the verify task prints verify's verdict.
