@@ -146,17 +146,24 @@ def recorded(output: str) -> Tuple[Optional[Dict], Optional[Dict]]:
 
 
 def holds_only_own_files(output: str) -> bool:
-  """True when every file in `output` is one a conversion writes (shards, label map, manifest,
-  errors, temporaries): an earlier run, finished or interrupted, that --if-changed may replace.
-  Foreign files still need an explicit --overwrite."""
+  """True when every entry of `output` (files and directories) is one a conversion writes
+  (shards, label map, manifest, errors, staging and temporary directories): an earlier run,
+  finished or interrupted, that --if-changed may replace. Anything else still needs an
+  explicit --overwrite."""
   import fnmatch
-  from apache_beam.io.filesystems import FileSystems
   from beam_tfrecord import output as outputs
-  names = []
-  for pattern in ("*", ".*"):
+  if paths.is_remote(output):
+    from apache_beam.io.filesystems import FileSystems
+    prefix = output.rstrip("/") + "/"
     try:
-      found = FileSystems.match([paths.join(output, pattern)])[0].metadata_list
+      found = FileSystems.match([prefix + "**"])[0].metadata_list
     except Exception:
       found = []
-    names += [posixpath.basename(m.path.replace("\\", "/")) for m in found]
-  return all(any(fnmatch.fnmatchcase(n, p) for p in outputs.OWN_PATTERNS) for n in names)
+    names = {m.path[len(prefix):].split("/", 1)[0] for m in found if m.path.startswith(prefix)}
+  else:
+    try:
+      names = set(os.listdir(output))
+    except OSError:  # missing: nothing to replace
+      names = set()
+  return all(any(fnmatch.fnmatchcase(n, p.split("/", 1)[0]) for p in outputs.OWN_PATTERNS)
+             for n in names)

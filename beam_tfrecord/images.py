@@ -67,9 +67,19 @@ def _channels(image: Image.Image) -> int:
       mode, 1 if mode.startswith("I;") else 3)
 
 
-def _orientation(image: Image.Image) -> int:
+def _orientation(image: Image.Image, fmt: str) -> int:
+  """EXIF orientation without decoding pixels: Pillow's PNG getexif() loads the whole image
+  to look for an eXIf chunk after the pixel data, so PNG/JPEG/WebP read the header's EXIF."""
   try:
-    value = image.getexif().get(0x0112, 1)
+    if fmt == "tiff":
+      exif = image.getexif()  # TIFF tags are header data
+    else:
+      raw = image.info.get("exif")
+      if not raw:
+        return 1
+      exif = Image.Exif()
+      exif.load(raw)
+    value = exif.get(0x0112, 1)
     return value if value in range(1, 9) else 1
   except Exception:  # unreadable EXIF is ignored, like browsers do
     return 1
@@ -103,18 +113,20 @@ def probe(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageInfo:
   try:
     with Image.open(io.BytesIO(data)) as image:
       width, height = image.size
+      if width * height > max_pixels:  # before anything else reads further
+        raise InputError("decode", "decompression_bomb",
+                         f"{width}x{height} = {width * height} pixels exceeds the limit of "
+                         f"{max_pixels} (raise --max-pixels to allow it)")
       channels = _channels(image)
-      orientation = _orientation(image) if fmt in ("jpeg", "png", "tiff", "webp") else 1
+      orientation = _orientation(image, fmt) if fmt in ("jpeg", "png", "tiff", "webp") else 1
+  except InputError:
+    raise
   except Image.DecompressionBombError as e:
     raise InputError("decode", "decompression_bomb", str(e)) from None
   except Exception as e:  # Pillow raises many types for bad headers
     raise InputError("decode", "corrupt_image", f"{type(e).__name__}: {e}") from None
   if width <= 0 or height <= 0:
     raise InputError("decode", "corrupt_image", f"image has size {width}x{height}")
-  if width * height > max_pixels:
-    raise InputError("decode", "decompression_bomb",
-                     f"{width}x{height} = {width * height} pixels exceeds the limit of "
-                     f"{max_pixels} (raise --max-pixels to allow it)")
   _check_complete(data, fmt)
   return ImageInfo(format=fmt, width=width, height=height, channels=channels,
                    orientation=orientation)
@@ -154,6 +166,8 @@ def prepare(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS,
   if source.format in PASSTHROUGH and not upright:
     if verify:
       try:
+        with Image.open(io.BytesIO(data)) as image:
+          image.verify()  # chunk checksums (load() does not check them)
         with Image.open(io.BytesIO(data)) as image:
           image.load()
       except Exception as e:

@@ -8,8 +8,12 @@ from typing import Dict, List, Optional
 from beam_tfrecord import paths
 from beam_tfrecord.pipeline import LABEL_MAP, MANIFEST
 
-# Everything a run writes; --overwrite removes exactly these (manifest first).
-OWN_PATTERNS = (MANIFEST, "*.tfrecord", LABEL_MAP, "errors-*.jsonl", ".tmp-*/*", ".tmp-*")
+# Everything a run writes; --overwrite removes exactly these (manifest first, so that an
+# interrupted overwrite never leaves a manifest describing missing shards). The last two are
+# directories: our staging and Beam's temporaries (WriteToText / WriteToTFRecord).
+OWN_FILES = (MANIFEST, "*.tfrecord", LABEL_MAP, "errors-*.jsonl")
+OWN_DIRS = (".tmp-*", "beam-temp-*")
+OWN_PATTERNS = OWN_FILES + OWN_DIRS
 
 
 class OutputNotEmpty(Exception):
@@ -24,19 +28,41 @@ def _match(pattern: str) -> List[str]:
     return []
 
 
+def _entries(output: str) -> List[str]:
+  """Everything in the output directory, directories included (FileSystems.match lists
+  files only, so a local directory is listed with os.listdir; object stores list prefixes)."""
+  if paths.is_remote(output):
+    return _match(paths.join(output, "**"))
+  import os
+  try:
+    return [os.path.join(output, name) for name in os.listdir(output)]
+  except FileNotFoundError:
+    return []
+  except NotADirectoryError:
+    raise OutputNotEmpty(f"output {output} is a file, not a directory") from None
+
+
 def prepare(output: str, overwrite: bool) -> None:
   """Refuse a non-empty output directory unless overwrite; then remove our earlier files."""
+  import fnmatch
+  import os
   from apache_beam.io.filesystems import FileSystems
-  existing = _match(paths.join(output, "*")) + _match(paths.join(output, ".*"))
+  existing = _entries(output)
   if existing and not overwrite:
-    raise OutputNotEmpty(f"output directory {output} is not empty ({len(existing)} files); "
+    raise OutputNotEmpty(f"output directory {output} is not empty ({len(existing)} entries); "
                          "pass --overwrite to replace an earlier run")
-  for pattern in OWN_PATTERNS:
+  for pattern in OWN_FILES:
     found = _match(paths.join(output, pattern))
     if found:
       FileSystems.delete(found)
+  for pattern in OWN_DIRS:
+    if paths.is_remote(output):
+      found = _match(paths.join(output, pattern + "/**"))
+    else:
+      found = [e for e in _entries(output) if fnmatch.fnmatch(os.path.basename(e), pattern)]
+    if found:
+      FileSystems.delete(found)
   if not paths.is_remote(output):
-    import os
     os.makedirs(output, exist_ok=True)
 
 

@@ -28,6 +28,10 @@ def clean_name(name: object) -> str:
   """
   if not isinstance(name, str) or not name.strip():
     raise InputError("parse", "missing_filename", f"file name {name!r} is empty or not text")
+  try:
+    name.encode("utf-8")
+  except UnicodeEncodeError:
+    raise InputError("locate", "unsafe_path", f"file name {name!r} is not valid Unicode") from None
   if "\x00" in name:
     raise InputError("locate", "unsafe_path", f"file name {name!r} contains a NUL byte")
   text = name.replace("\\", "/")

@@ -84,6 +84,7 @@ class Run:
   digest: Optional[str] = None   # sha256 over the output's .tfrecord files (names + bytes)
   error: str = ""                # why the run does not count ("" when it does)
   load_avg: float = 0.0          # 1-minute load average when it started
+  code: str = ""                 # fingerprint of beam_tfrecord/ sources when it started
   log: str = ""
 
   @property
@@ -133,6 +134,21 @@ class TreeSampler(threading.Thread):
     while not self.stopped.is_set():
       self.sample()
       self.stopped.wait(SAMPLE_SECONDS)
+
+
+def code_fingerprint() -> str:
+  """Short hash of the library's sources: tells runs of different code apart (the library may
+  be edited while a long benchmark runs)."""
+  digest = hashlib.sha256()
+  package = os.path.join(REPO, "beam_tfrecord")
+  for folder, dirs, files in sorted(os.walk(package)):
+    dirs.sort()
+    for name in sorted(f for f in files if f.endswith(".py")):
+      path = os.path.join(folder, name)
+      digest.update(os.path.relpath(path, package).encode() + b"\0")
+      with open(path, "rb") as f:
+        digest.update(f.read())
+  return digest.hexdigest()[:12]
 
 
 def measure(cmd: Sequence[str], log_path: str, env: Dict[str, str], max_rss_mb: float) -> Run:
@@ -206,7 +222,9 @@ def run_once(variant: Variant, data: datasets.Dataset, work: str, logs: str, tag
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
              PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
   log = os.path.join(logs, f"{variant.slug}-{data.count}-{tag}.log")
+  code = code_fingerprint()
   result = measure(command(variant, data, out), log, env, max_rss_mb)
+  result.code = code
   if variant.args != ["read"] and result.ok:
     result.records, result.digest = inspect_output(out)
     if result.records != data.count:
@@ -265,15 +283,29 @@ def print_table(variants: List[Variant], medians: Dict[str, Dict], base: str) ->
 
 
 def identity_check(variants: List[Variant], runs: Dict[str, List[Run]]) -> Dict:
-  """Are the shard bytes the same across runs and Beam modes of the shard sink?"""
+  """Are the shard bytes the same across runs and Beam modes of the shard sink?
+
+  Runs are compared within each version of the library code (see code_fingerprint).
+  """
   shard_variants = [v.name for v in variants if v.shard_sink]
-  digests = {name: sorted({r.digest for r in runs[name] if r.ok})
-             for name in shard_variants}
-  result = {"variants": shard_variants, "digests": digests,
-            "identical": len({d for ds in digests.values() for d in ds}) == 1}
+  by_code: Dict[str, Dict[str, List[str]]] = {}
+  for name in shard_variants:
+    for r in runs[name]:
+      if r.ok:
+        by_code.setdefault(r.code, {}).setdefault(name, []).append(r.digest)
+  result: Dict = {"variants": shard_variants, "by_code": by_code,
+                  "identical": bool(by_code) and all(
+                      len({d for ds in v.values() for d in ds}) == 1 for v in by_code.values())}
+  if shard_variants:
+    note = (f" (library code changed during the benchmark: compared within each of "
+            f"{len(by_code)} versions)" if len(by_code) > 1 else "")
+    count = sum(len(ds) for v in by_code.values() for ds in v.values())
+    print(f"shard bytes identical across {count} successful runs of "
+          f"{', '.join(shard_variants)}: {'yes' if result['identical'] else 'NO'}{note}")
   if "beam-sink" in runs:
     beam = {r.digest for r in runs["beam-sink"] if r.ok}
     result["beam_sink_identical_across_runs"] = len(beam) == 1
+    print(f"--sink beam output identical across its runs: {'yes' if len(beam) == 1 else 'no'}")
   return result
 
 
@@ -356,13 +388,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"{data.total_bytes / MB:.0f} MB:")
     print_table(variants, medians, "tool")
     identity = identity_check(variants, runs)
-    if len(identity["variants"]) > 0:
-      ok_runs = sum(r.ok for n in identity["variants"] for r in runs[n])
-      print(f"shard bytes identical across {ok_runs} successful runs "
-            f"of {', '.join(identity['variants'])}: {'yes' if identity['identical'] else 'NO'}")
-    if "beam_sink_identical_across_runs" in identity:
-      print("--sink beam output identical across its runs: "
-            f"{'yes' if identity['beam_sink_identical_across_runs'] else 'no'}")
     report["sizes"][str(count)] = {
         "dataset": dataclasses.asdict(data), "identity": identity,
         "variants": {v.name: {"label": v.label, "command": command(v, data, "OUT"),
@@ -393,17 +418,22 @@ def scale_rows(report: Dict) -> List[Dict]:
     rows.append({"variant": name, "label": entry["label"], "wall_n": a["wall_s"],
                  "wall_4n": b["wall_s"], "time_ratio": b["wall_s"] / a["wall_s"],
                  "marginal_images_per_s": (n4 - n1) / max(b["wall_s"] - a["wall_s"], 1e-9),
+                 "marginal_cpu_ms_per_image": (b["cpu_s"] - a["cpu_s"]) * 1000 / (n4 - n1),
                  "peak_n": a["peak_rss_mb"], "peak_4n": b["peak_rss_mb"],
                  "peak_growth": b["peak_rss_mb"] / a["peak_rss_mb"] - 1})
   print(f"\nScale, medians, N={n1} -> 4N={n4}:")
   width = max(len(r["label"]) for r in rows)
   print(f"{'variant':<{width}} {'wall N':>7} {'wall 4N':>7} {'x':>5} {'marg img/s':>10} "
-        f"{'peak N':>7} {'peak 4N':>7} {'growth':>7}")
+        f"{'cpu N':>7} {'cpu 4N':>7} {'marg cpu ms/img':>15} {'peak N':>7} {'peak 4N':>7} "
+        f"{'growth':>7}")
   for r in rows:
     print(f"{r['label']:<{width}} {r['wall_n']:7.2f} {r['wall_4n']:7.2f} {r['time_ratio']:5.2f} "
-          f"{r['marginal_images_per_s']:10.1f} {r['peak_n']:7.0f} {r['peak_4n']:7.0f} "
+          f"{r['marginal_images_per_s']:10.1f} {small[r['variant']]['median']['cpu_s']:7.2f} "
+          f"{big[r['variant']]['median']['cpu_s']:7.2f} {r['marginal_cpu_ms_per_image']:15.2f} "
+          f"{r['peak_n']:7.0f} {r['peak_4n']:7.0f} "
           f"{r['peak_growth']:+7.1%}")
-  print("marg img/s = extra images / extra seconds from N to 4N: throughput without start-up")
+  print("marg img/s = extra images / extra wall seconds from N to 4N (throughput without "
+        "start-up); marg cpu ms/img = extra CPU seconds per extra image (robust to other load)")
   return rows
 
 

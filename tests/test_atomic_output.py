@@ -229,11 +229,6 @@ def _copy_of(output: str, target: str) -> str:
   return target
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: output.py prepare decides 'empty' with FileSystems.match(OUTPUT/*) + (OUTPUT/.*), "
-    "which never returns directories; a directory holding only subdirectories (here the dead "
-    "run's .tmp-run-*/ staging with a finished shard and a .part file, and Beam's "
-    "beam-temp-errors-*/) is taken as empty, so the run proceeds without --overwrite"))
 def test_dead_run_leftovers_make_output_non_empty(died_in_writer, ds, tmp_path, capsys):
   output = _copy_of(died_in_writer["output"], str(tmp_path / "out"))
   assert os.listdir(output)
@@ -259,12 +254,6 @@ def test_overwrite_after_death_gives_the_clean_output(overwritten_after_death, r
   assert not [n for n in files if os.path.basename(n).startswith(".part")]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: output.py prepare --overwrite removes files matching OWN_PATTERNS through "
-    "FileSystems.match, which never returns directories: the dead run's (emptied) "
-    ".tmp-run-*/ staging directory stays, and Beam's WriteToText temp directory "
-    "beam-temp-errors-*/ is not in OWN_PATTERNS at all; both remain after a successful "
-    "--overwrite run"))
 def test_overwrite_after_death_leaves_no_directories(overwritten_after_death):
   assert_no_leftovers(overwritten_after_death["output"])
 

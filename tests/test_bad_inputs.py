@@ -525,8 +525,8 @@ def test_coco_wrong_typed_width(coco_main):
   [error] = [e for e in run.errors if e["source"] == f"{coco_main.main_json}#images[{index}]"]
   assert (error["reason"], error["level"]) == ("wrong_type", "image")
   image_id = coco_main.ids["width_abc.jpg"]
-  [orphan] = [e for e in run.errors
-              if e["source"] == f"{coco_main.main_json}#image_id={image_id}"]
+  [orphan] = [e for e in run.errors if e["reason"] == "unknown_image_id"
+              and f"image id {image_id}," in e["message"]]
   assert (orphan["reason"], orphan["level"]) == ("unknown_image_id", "object")
   assert "width_abc.jpg" not in run.by_filename()
 
@@ -547,12 +547,6 @@ def test_coco_category_without_name_is_reported(coco_main):
   assert (error["reason"], error["level"]) == ("missing_field", "file")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: sources/coco.py: a category id defined twice with different names (50 'bird' and "
-    "50 'plane') is not reported; ReadCoco's AsDict side input keeps whichever pair comes last "
-    "(order not guaranteed after the Reshuffle) and _coco_label_map writes both names with id "
-    "50 into label_map.pbtxt. Suggested: report duplicate_category_id (file level) and keep "
-    "the first entry deterministically"))
 def test_coco_duplicate_category_id_is_reported(coco_main):
   run = coco_main.run
   assert [e for e in from_source(run, coco_main.main_json)
@@ -584,20 +578,17 @@ def test_coco_duplicate_file_name(coco_main):
 
 
 def test_coco_unknown_image_id(coco_main):
-  [error] = [e for e in coco_main.run.errors
-             if e["source"] == f"{coco_main.main_json}#image_id=9999"]
+  [error] = [e for e in coco_main.run.errors if e["reason"] == "unknown_image_id"
+             and "image id 9999," in e["message"]]
   assert (error["stage"], error["reason"], error["level"]) == (
       "parse", "unknown_image_id", "object")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: sources/coco.py join_image emits ONE unknown_image_id record per missing image id, "
-    "however many annotations refer to it, so objects written + object-level errors < objects "
-    "in the input and the error rate undercounts"))
 def test_coco_unknown_image_id_reports_each_annotation(coco_main):
-  errors = [e for e in coco_main.run.errors
-            if e["source"] == f"{coco_main.main_json}#image_id=9998"]
+  errors = [e for e in coco_main.run.errors if e["reason"] == "unknown_image_id"
+            and "image id 9998," in e["message"]]
   assert len(errors) == 2
+  assert len({e["source"] for e in errors}) == 2  # each names its own annotation
 
 
 def test_coco_unicode_class_names(coco_main, tmp_path):
@@ -679,8 +670,7 @@ def test_coco_accounting(coco_main):
     if error["reason"] == "duplicate_image":
       written = int(run.by_filename()[error["key"]]["image/source_id"])
       lost_with_image += sum(anns_per_id[i] for i in ids_by_key[error["key"]] - {written})
-  # image id 9998: one record for its two annotations (see the xfail above); count it as two
-  object_errors = levels["object"] + 1
+  object_errors = levels["object"]
   objects_written = sum(len(e["image/object/class/text"]) for e in examples)
   assert objects_written + object_errors + lost_with_image == len(coco.annotations)
 
@@ -734,11 +724,6 @@ def test_coco_non_finite_json_numbers_converted_or_reported(coco_main, name):
     assert image in written or file_level
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: sources/coco.py stream_section: ijson (yajl2_c and python backends) rejects NaN "
-    "(what Python's json.dump writes and pycocotools reads) and overflowing numbers such as "
-    "1e400 (valid JSON); one such number ends every section of the file with malformed_json, "
-    "so the categories after it are lost and the remaining annotations too"))
 @pytest.mark.parametrize("name", ["nan", "inf"])
 def test_coco_non_finite_box_is_dropped_not_the_file(coco_main, name):
   run, path = coco_main.run, coco_main.aux[name]
@@ -749,10 +734,6 @@ def test_coco_non_finite_box_is_dropped_not_the_file(coco_main, name):
   assert all(f"{name}/{letter}.jpg" in written for letter in "abc")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: sources/coco.py _ParseSection: a JSON file without `images`/`annotations`/"
-    "`categories` (valid JSON, but not COCO, e.g. the wrong file) yields no record and no "
-    "error: the run succeeds with nothing converted and nothing reported"))
 def test_coco_file_without_sections_is_reported(coco_main):
   errors = from_source(coco_main.run, coco_main.aux["no_sections"])
   assert errors and errors[0]["level"] == "file"
@@ -773,14 +754,6 @@ def test_bomb_rejected_from_the_header(garbage_idat):
   assert info.value.reason == "decompression_bomb"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: images.py probe calls _orientation(image) -> image.getexif() BEFORE its own "
-    "pixel-count check; Pillow's PngImageFile.getexif() calls self.load() when no eXIf chunk "
-    "precedes IDAT, so a PNG over --max-pixels (but under Pillow's own 2 x MAX_IMAGE_PIXELS "
-    "refusal) is decoded before it is rejected (decode errors are swallowed by _orientation's "
-    "`except Exception`). Every ordinary PNG is also fully decoded once in probe. Fix: check "
-    "width * height against max_pixels right after Image.open, and read PNG EXIF from "
-    "image.info['exif'] without load()"))
 def test_bomb_rejected_before_decoding(monkeypatch):
   from PIL import ImageFile
   decoded = []
@@ -982,11 +955,7 @@ def test_voc_accounting(voc_run):
   assert written + levels["object"] + lost == sum(_voc_objects(x) for x in xmls.values())
 
 
-_VOC_ENCODING = pytest.mark.xfail(strict=True, reason=(
-    "BUG: sources/voc.py parse_xml catches DefusedXmlException and ParseError only; expat "
-    "raises LookupError for an unknown/non-text encoding in the XML declaration and "
-    "ValueError for encoding='utf-32'. _ParseXml's catch-all now keeps the job alive, but the "
-    "record says unexpected_error instead of malformed_xml"))
+_VOC_ENCODING = ()  # was a strict xfail: fixed in sources/voc.py
 
 
 @pytest.mark.parametrize("document, reason", [
@@ -1054,7 +1023,7 @@ CSV_ROWS = [
     ("size.jpg,64,48,cat,4,4,24,20", "size.jpg", True, None),
     ("size.jpg,65,48,cat,4,4,24,20", "size.jpg", True, None),   # inconsistent_size warning
     ("trunc_line.jpg,64,48,cat,4,4,24,20", "trunc_line.jpg", True, None),
-    ("trunc_line.jpg,64,48,cat,1,2,3", "trunc_line.jpg", False, "missing_field"),  # no \n
+    ("trunc_line.jpg,64,48,cat,1,2,3", "trunc_line.jpg", False, "malformed_row"),  # no \n
 ]
 CSV_IMAGE_ERRORS = {
     "../outside/outside.jpg": ("locate", "path_traversal"),
@@ -1158,10 +1127,6 @@ def test_csv_broken_row_is_reported(csv_run):
   assert all(e["stage"] == "parse" for e in errors)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: sources/csv.py read_rows: pandas.read_csv raises ParserError for a row with too "
-    "many fields (or an unclosed quote) while reading the first 50,000-row chunk; the whole "
-    "file becomes one malformed_csv file error and every good row in it is lost"))
 def test_csv_broken_row_loses_only_that_row(csv_run):
   run, broken = csv_run, csv_run.paths["broken"]
   written = run.by_filename()
@@ -1256,11 +1221,6 @@ def test_verify_images(drop_run):
   assert (error["stage"], error["reason"], error["level"]) == ("decode", "corrupt_image", "image")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: images.py prepare(verify=True) only calls Pillow's Image.load(), which does not check "
-    "PNG chunk CRCs; a PNG whose IDAT CRC is wrong passes --verify-images although "
-    "tf.io.decode_image (libpng) rejects it ('Invalid PNG data'), so the bad example reaches "
-    "training. Fix: also run Image.verify() (checks CRCs) on a fresh Image.open for PNG"))
 def test_verify_images_rejects_bad_crc(drop_run):
   [error] = drop_run.errors_where(key="bad_crc.png")
   assert (error["stage"], error["reason"]) == ("decode", "corrupt_image")
@@ -1302,11 +1262,6 @@ def test_bbox_policy_error_rejects_image(error_strict_run):
   assert "good.jpg" in run.by_filename()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: schemas/od_api.py encode re-raises EVERY box problem under --bbox-policy error "
-    "(`if bbox_policy == 'error': raise`), so an empty/non-finite/fully-outside box (or an "
-    "unknown class) rejects the whole image, while the CLI help says such boxes 'are always "
-    "dropped and reported'; only bbox_partly_outside should fail the image"))
 def test_bbox_policy_error_still_drops_empty_boxes(error_strict_run):
   run = error_strict_run
   example = run.by_filename()["zero.jpg"]

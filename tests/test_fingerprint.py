@@ -17,10 +17,9 @@ entries = st.lists(st.tuples(st.text(min_size=1, max_size=20), st.integers(0, 10
 
 
 @settings(max_examples=50, deadline=None)
-@given(entries, st.randoms())
-def test_order_and_duplicates_do_not_matter(items, rnd):
-  shuffled = list(items) + list(items[:3])
-  rnd.shuffle(shuffled)
+@given(entries, st.data())
+def test_order_and_duplicates_do_not_matter(items, data):
+  shuffled = data.draw(st.permutations(list(items) + list(items[:3])))
   assert fingerprint.compute_from_entries(items) == fingerprint.compute_from_entries(shuffled)
 
 
@@ -160,3 +159,17 @@ def test_if_changed_ignores_a_failed_run_and_keeps_foreign_files(dataset, tmp_pa
   (foreign / "notes.txt").write_text("mine")
   assert _convert(dataset, foreign, "--if-changed") == 2  # not an earlier run of ours
   assert (foreign / "notes.txt").read_text() == "mine"
+
+
+def test_own_files_are_recognised(tmp_path):
+  out = tmp_path / "out"
+  assert fingerprint.holds_only_own_files(str(out))  # missing
+  out.mkdir()
+  for name in ("manifest.json", "train-00000-of-00001.tfrecord", "label_map.pbtxt",
+               "errors-00000-of-00001.jsonl"):
+    (out / name).write_text("")
+  (out / ".tmp-run-abc").mkdir()
+  (out / ".tmp-run-abc" / "train-00000-of-00001.tfrecord").write_text("")
+  assert fingerprint.holds_only_own_files(str(out))
+  (out / "notes").mkdir()  # a foreign directory
+  assert not fingerprint.holds_only_own_files(str(out))

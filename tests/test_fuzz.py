@@ -100,12 +100,6 @@ NON_FINITE_IDS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (latent): sources/coco.py _int_id evaluates `value != int(value)`, which raises "
-    "OverflowError for inf and ValueError for NaN instead of InputError('wrong_type'); ijson "
-    "never yields them today, but any other JSON reader (json.load accepts NaN/Infinity) "
-    "would make _ParseSection's catch-all report the rest of the section as malformed_json. "
-    "Fix: check math.isfinite(value) before int(value)"))
 @pytest.mark.parametrize("fn, record", NON_FINITE_IDS)
 def test_coco_non_finite_ids_are_input_errors(fn, record):
   returns_or_input_error(fn, record)
@@ -180,13 +174,6 @@ print(tracemalloc.get_traced_memory()[1] // 2**20)
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: sources/coco.py stream_section uses ijson.items(), whose prefix tracking makes memory "
-    "and time QUADRATIC in the nesting depth: 15 kB of '[' takes ~0.5 GB, 30 kB 2.2 GB, and a "
-    "100 kB file got the process OOM-killed (24 GB) on this machine, so one small corrupt or "
-    "hostile COCO file kills the worker instead of becoming malformed_json. Fix: stream "
-    "ijson.basic_parse() events with an own depth counter (reject depth > ~64) or cap depth "
-    "before calling items()"))
 def test_coco_deeply_nested_json_memory_is_bounded():
   import subprocess
   import sys
@@ -276,12 +263,7 @@ def test_voc_parse_xml_wrong_contents(data):
     assert filename and all(isinstance(o, ObjectAnnotation) for o in objects)
 
 
-_VOC_ENCODING = pytest.mark.xfail(strict=True, reason=(
-    "BUG: sources/voc.py parse_xml catches DefusedXmlException and ParseError only; expat "
-    "raises LookupError for an unknown or non-text encoding in the XML declaration "
-    "(encoding='rot13', 'no-such-codec') and ValueError for encoding='utf-32' ('multi-byte "
-    "encodings are not supported'). Fix: also catch (LookupError, ValueError) -> "
-    "malformed_xml"))
+_VOC_ENCODING = ()  # was a strict xfail: fixed in sources/voc.py
 
 
 @pytest.mark.parametrize("document", [
@@ -322,10 +304,6 @@ def test_csv_parse_row(row):
     assert obj is None or isinstance(obj, ObjectAnnotation)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (latent, unreachable through read_rows, which yields str): sources/csv.py _float "
-    "catches TypeError/ValueError but not OverflowError, so parse_row({'xmin': 10**400, ...}) "
-    "raises OverflowError instead of InputError('wrong_type')"))
 def test_csv_parse_row_huge_int():
   returns_or_input_error(csv_source.parse_row, {
       "filename": "a.jpg", "class": "c", "xmin": 10**400, "ymin": 1, "xmax": 2, "ymax": 3})
@@ -444,13 +422,9 @@ def test_clean_name_stays_inside(name):
     assert result.split("/")[0] != ".."
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (latent): paths.resolve (os.path.realpath) and paths.file_size (os.stat) raise "
-    "UnicodeEncodeError, not InputError, for a name with a lone surrogate; today's sources "
-    "cannot produce one (ijson replaces '\\ud800' by '?', expat and pandas reject them)"))
 def test_resolve_lone_surrogate(scratch):
-  key = paths.clean_name("bad\ud800.jpg")  # fine
-  returns_or_input_error(paths.resolve, scratch, key)
+  returns_or_input_error(paths.clean_name, "bad\ud800.jpg")
+  returns_or_input_error(paths.resolve, scratch, "bad\ud800.jpg")
 
 
 # --------------------------------------------------------------------------------------------

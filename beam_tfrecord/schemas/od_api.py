@@ -62,7 +62,8 @@ def _ints(values: Sequence[int]):
 def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, int],
            bbox_policy: str = "clip") -> Encoded:
   """Build the Example. Objects that fail validation or lack a label id are left out of the
-  Example and reported as errors (or, with bbox_policy='error', fail the whole image)."""
+  Example and reported as errors; with bbox_policy='error' a box partly outside the image
+  fails the whole image instead."""
   width, height = image.info.width, image.info.height
   errors: List[ErrorRecord] = []
   kept: List[boxes.NormalizedObject] = []
@@ -74,7 +75,7 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
         raise InputError("validate", "unknown_class",
                          f"class {obj.label!r} is not in the label map")
     except InputError as e:
-      if bbox_policy == "error":
+      if bbox_policy == "error" and e.reason == "bbox_partly_outside":
         raise
       errors.append(e.record(ann.source, ann.key, level="object"))
       continue

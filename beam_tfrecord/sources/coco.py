@@ -26,7 +26,8 @@ def _number(value: Any, field: str) -> float:
 
 
 def _int_id(value: Any, field: str) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+  if (isinstance(value, bool) or not isinstance(value, (int, float)) or
+      not math.isfinite(value) or value != int(value)):
     raise InputError("parse", "wrong_type", f"{field} must be an integer, got {value!r}")
   return int(value)
 
@@ -75,10 +76,87 @@ def parse_category(record: Any) -> Tuple[int, str]:
   return category_id, name
 
 
-def stream_section(fileobj, section: str) -> Iterator[Any]:
-  """Yield the entries of one top-level array of a COCO JSON without loading the file."""
+MAX_DEPTH = 32  # COCO nests 5 deep; pathological nesting costs ijson quadratic memory
+
+
+def stream_section(fileobj, section: str, max_depth: int = MAX_DEPTH) -> Iterator[Any]:
+  """Yield the entries of one top-level array of a COCO JSON without loading the file.
+
+  Built on ijson's flat event stream (not ijson.items, whose prefix bookkeeping grows with the
+  square of the nesting depth: 30 kB of '[' took 2.2 GB), with a depth limit. Raises
+  InputError when the document is not an object, the section is not an array, or when
+  `images`/`categories` are missing (`annotations` may be: COCO test-set files lack it).
+  """
   import ijson
-  yield from ijson.items(fileobj, f"{section}.item", use_float=True)
+  depth = 0             # open containers
+  key = None            # last key of the top-level object
+  inside = False        # within the section's array
+  found = False
+  stack: List[Any] = []  # containers of the entry being built
+  keys: List[Optional[str]] = []
+
+  def add(value):
+    if isinstance(stack[-1], dict):
+      stack[-1][keys[-1]] = value
+    else:
+      stack[-1].append(value)
+
+  for event, value in ijson.basic_parse(fileobj, use_float=True):
+    if event in ("start_map", "start_array"):
+      depth += 1
+      if depth > max_depth:
+        raise InputError("parse", "too_deep", f"JSON nests deeper than {max_depth} levels")
+      if depth == 1:
+        if event != "start_map":
+          raise InputError("parse", "wrong_type", "a COCO file must be a JSON object")
+        continue
+      if depth == 2 and key == section:
+        if event != "start_array":
+          raise InputError("parse", "wrong_type", f"`{section}` must be an array")
+        inside, found = True, True
+        continue
+      if inside:
+        stack.append({} if event == "start_map" else [])
+        keys.append(None)
+      continue
+    if event in ("end_map", "end_array"):
+      depth -= 1
+      if inside and depth == 1:
+        inside = False
+      elif inside and stack:
+        done = stack.pop()
+        keys.pop()
+        if stack:
+          add(done)
+        else:
+          yield done
+      continue
+    if event == "map_key":
+      if depth == 1:
+        key = value
+      elif inside and stack:
+        keys[-1] = value
+      continue
+    if inside:  # a scalar
+      if stack:
+        add(value)
+      else:
+        yield value  # a scalar entry: the parse function reports its wrong type
+  if not found and section in ("images", "categories"):
+    raise InputError("parse", "missing_field", f"the file has no `{section}` array")
+
+
+def _entries_after(uri: str, section: str, done: int) -> List[Any]:
+  """Fallback for what ijson refuses but Python's json accepts (NaN, Infinity, 1e400):
+  load the whole file once and return the entries from `done` on."""
+  import json
+  from apache_beam.io.filesystems import FileSystems
+  with FileSystems.open(uri, compression_type="uncompressed") as f:
+    doc = json.load(f)
+  entries = doc.get(section, []) if isinstance(doc, dict) else None
+  if not isinstance(entries, list):
+    raise ValueError(f"`{section}` is not an array")
+  return entries[done:]
 
 
 class _ParseSection(beam.DoFn):
@@ -87,36 +165,59 @@ class _ParseSection(beam.DoFn):
   def __init__(self, allow_absolute: bool):
     self.allow_absolute = allow_absolute
 
+  def _emit(self, uri, split, image_root, section, index, record):
+    parse = {"images": parse_image, "annotations": parse_annotation,
+             "categories": parse_category}[section]
+    try:
+      parsed = parse(record)
+    except InputError as e:
+      level = {"images": "image", "annotations": "object"}.get(section, "file")
+      yield beam.pvalue.TaggedOutput("errors", e.record(f"{uri}#{section}[{index}]", level=level))
+      return
+    if section == "images":
+      image_id, file_name, width, height = parsed
+      yield ((uri, image_id), (split, image_root, file_name, width, height))
+    elif section == "annotations":
+      # the index keeps the file's object order through the shuffle
+      yield beam.pvalue.TaggedOutput("objects", ((uri, parsed[0]), (index, *parsed[1:])))
+    else:
+      yield beam.pvalue.TaggedOutput("categories", ((uri, parsed[0]), parsed[1]))
+
   def process(self, task):
     from apache_beam.io.filesystems import FileSystems
     split, uri, image_root, section = task
-    parse = {"images": parse_image, "annotations": parse_annotation,
-             "categories": parse_category}[section]
-    index = -1
+    done = 0
     try:
       with FileSystems.open(uri, compression_type="uncompressed") as f:
-        for index, record in enumerate(stream_section(f, section)):
-          try:
-            parsed = parse(record)
-          except InputError as e:
-            level = {"images": "image", "annotations": "object"}.get(section, "file")
-            yield beam.pvalue.TaggedOutput("errors", e.record(f"{uri}#{section}[{index}]",
-                                                              level=level))
-            continue
-          if section == "images":
-            image_id, file_name, width, height = parsed
-            yield ((uri, image_id), (split, image_root, file_name, width, height))
-          elif section == "annotations":
-            # the index keeps the file's object order through the shuffle
-            yield beam.pvalue.TaggedOutput("objects", ((uri, parsed[0]), (index, *parsed[1:])))
-          else:
-            yield beam.pvalue.TaggedOutput("categories", (uri, parsed))
+        for record in stream_section(f, section):
+          yield from self._emit(uri, split, image_root, section, done, record)
+          done += 1
+      return
     except InputError as e:
       yield beam.pvalue.TaggedOutput("errors", e.record(uri, level="file"))
-    except Exception as e:  # ijson errors, unreadable file: report, keep what was read
+      return
+    except Exception as e:  # ijson's syntax errors, an unreadable file
+      streaming_error = f"{type(e).__name__}: {e}"
+    try:
+      rest = _entries_after(uri, section, done)
+    except Exception as e:  # truly malformed: report, keep what was read
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
           source=uri, stage="parse", reason="malformed_json", level="file",
-          message=f"{section} after entry {index + 1}: {type(e).__name__}: {e}"))
+          message=f"{section} after entry {done}: {streaming_error}; {type(e).__name__}: {e}"))
+      return
+    for index, record in enumerate(rest, start=done):
+      yield from self._emit(uri, split, image_root, section, index, record)
+
+
+def _pick_category(element):
+  """One name per (file, category id): a second, different name is reported."""
+  (uri, category_id), names = element
+  names = sorted(set(names))
+  if len(names) > 1:
+    yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+        source=uri, stage="parse", reason="duplicate_category_id", level="file",
+        message=f"category id {category_id} is named {names}; {names[0]!r} is used"))
+  yield (uri, category_id), names[0]
 
 
 def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: bool):
@@ -125,10 +226,11 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
   images, objects = list(grouped["image"]), list(grouped["objects"])
   source = f"{uri}#image_id={image_id}"
   if not images:
-    yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-        source=source, stage="parse", reason="unknown_image_id", level="object",
-        message=f"{len(objects)} annotation(s) refer to image id {image_id}, "
-        "which is not in `images`"))
+    for index, *_ in sorted(objects, key=lambda o: o[0]):  # one record per lost object
+      yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+          source=f"{uri}#annotations[{index}]", stage="parse", reason="unknown_image_id",
+          level="object", message=f"the annotation refers to image id {image_id}, which is "
+          "not in `images`"))
     return
   if len(images) > 1:
     yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
@@ -177,11 +279,13 @@ class ReadCoco(beam.PTransform):
               | "Stream" >> beam.ParDo(_ParseSection(self.allow_absolute)).with_outputs(
                   "objects", "categories", "errors", main="images"))
     by_key = (parsed.categories
-              | "CategoryKeys" >> beam.Map(lambda kv: ((kv[0], kv[1][0]), kv[1][1])))
+              | "GroupCategories" >> beam.GroupByKey()
+              | "PickCategory" >> beam.FlatMap(_pick_category).with_outputs(
+                  "errors", main="categories"))
     joined = ({"image": parsed.images, "objects": parsed.objects}
               | "GroupByImage" >> beam.CoGroupByKey()
-              | "Join" >> beam.FlatMap(join_image, beam.pvalue.AsDict(by_key),
+              | "Join" >> beam.FlatMap(join_image, beam.pvalue.AsDict(by_key.categories),
                                        self.allow_absolute).with_outputs("errors", main="images"))
-    errors = ((parsed.errors, joined.errors) | "Errors" >> beam.Flatten())
-    names = parsed.categories | "Names" >> beam.Map(lambda kv: (kv[1][1], kv[1][0]))
+    errors = ((parsed.errors, by_key.errors, joined.errors) | "Errors" >> beam.Flatten())
+    names = by_key.categories | "Names" >> beam.MapTuple(lambda uri_id, name: (name, uri_id[1]))
     return SourceOutput(images=joined.images, errors=errors, categories=names)

@@ -3,7 +3,7 @@
 That is the layout `xml_to_csv.py` writes. Other layouts are read through a column mapping
 (`filename=path,class=label`); a `split` column, when mapped or present, gives each image its
 split. A row whose class and box are all empty stands for an image without objects. Files are
-read with pandas in chunks on workers; rows meet their image in a GroupByKey.
+streamed on workers; rows meet their image in a GroupByKey.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from beam_tfrecord.sources import SourceOutput
 FIELDS = ("filename", "width", "height", "class", "xmin", "ymin", "xmax", "ymax", "split")
 REQUIRED = ("filename", "class", "xmin", "ymin", "xmax", "ymax")
 BOX_FIELDS = ("xmin", "ymin", "xmax", "ymax")
-CHUNK_ROWS = 50_000
+WRONG_WIDTH = "__width__"  # marks a row whose field count differs from the header's
 
 
 def parse_column_map(text: Optional[str]) -> Dict[str, str]:
@@ -46,7 +46,7 @@ def _empty(value: Any) -> bool:
 def _float(value: Any, field: str) -> float:
   try:
     return float(value)
-  except (TypeError, ValueError):
+  except (TypeError, ValueError, OverflowError):
     raise InputError("parse", "wrong_type", f"{field} is {value!r}, not a number") from None
 
 
@@ -63,6 +63,10 @@ def parse_row(row: Mapping[str, Any]) -> Tuple[str, Optional[int], Optional[int]
                                                Optional[ObjectAnnotation], Optional[str]]:
   """(filename, width, height, object or None, split or None) of one row, keyed by field."""
   filename = row.get("filename")
+  if row.get(WRONG_WIDTH):
+    fields, expected = row[WRONG_WIDTH]
+    raise InputError("parse", "malformed_row",
+                     f"row for {filename!r} has {fields} fields, the header {expected}")
   if _empty(filename):
     raise InputError("parse", "missing_field", "row has no filename")
   filename = str(filename)
@@ -87,27 +91,40 @@ def parse_row(row: Mapping[str, Any]) -> Tuple[str, Optional[int], Optional[int]
 
 
 def read_rows(fileobj, column_map: Mapping[str, str]) -> Iterator[Tuple[int, Dict[str, Any]]]:
-  """(line number, {field: value}) for every data row; raises InputError on a bad header."""
-  import pandas as pd
+  """(line number, {field: value}) for every data row, streaming.
+
+  Python's csv module rather than pandas: pandas parses in chunks and one malformed row fails
+  the whole chunk, while here a row with too many or too few fields is handed on marked
+  (parse_row then rejects just that row). Raises InputError for a missing column, an empty or undecodable
+  file, or a syntax error (rows before it have been yielded).
+  """
+  import csv
+  import io
+  text = io.TextIOWrapper(fileobj, encoding="utf-8-sig", newline="")
+  reader = csv.reader(text, skipinitialspace=True, strict=True)  # strict: an open quote
+  # at the end of the file is an error, not one huge field
   try:
-    reader = pd.read_csv(fileobj, dtype=str, keep_default_na=False, chunksize=CHUNK_ROWS,
-                         skipinitialspace=True)
-    line = 2  # 1-based, after the header
-    for chunk in reader:
-      missing = [column_map[f] for f in REQUIRED if column_map[f] not in chunk.columns]
-      if missing:
-        raise InputError("parse", "missing_column",
-                         f"CSV has no column(s) {missing}; columns are {list(chunk.columns)}")
-      wanted = {f: c for f, c in column_map.items() if c in chunk.columns}
-      for values in chunk[list(wanted.values())].itertuples(index=False, name=None):
-        yield line, dict(zip(wanted, values))
-        line += 1
-  except InputError:
-    raise
-  except pd.errors.EmptyDataError:
-    raise InputError("parse", "malformed_csv", "the CSV file is empty") from None
-  except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
-    raise InputError("parse", "malformed_csv", f"{type(e).__name__}: {e}") from None
+    header = next(reader, None)
+    if not header:
+      raise InputError("parse", "malformed_csv", "the CSV file is empty")
+    header = [h.strip() for h in header]
+    missing = [column_map[f] for f in REQUIRED if column_map[f] not in header]
+    if missing:
+      raise InputError("parse", "missing_column",
+                       f"CSV has no column(s) {missing}; columns are {header}")
+    index = {f: header.index(c) for f, c in column_map.items() if c in header}
+    for values in reader:
+      if not values or (len(values) == 1 and not values[0].strip()):
+        continue  # blank line
+      row: Dict[str, Any] = {f: values[i] if i < len(values) else None for f, i in index.items()}
+      if len(values) != len(header):
+        row[WRONG_WIDTH] = (len(values), len(header))
+      yield reader.line_num, row
+  except (csv.Error, UnicodeDecodeError) as e:
+    raise InputError("parse", "malformed_csv",
+                     f"line {reader.line_num}: {type(e).__name__}: {e}") from None
+  finally:
+    text.detach()  # leave the underlying file to its owner
 
 
 class _ParseCsv(beam.DoFn):

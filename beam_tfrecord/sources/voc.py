@@ -52,8 +52,8 @@ def parse_xml(data: bytes) -> Tuple[str, Optional[int], Optional[int], List[Obje
     root = ET.fromstring(data)
   except DefusedXmlException as e:
     raise InputError("parse", "unsafe_xml", f"{type(e).__name__}: {e}") from None
-  except ET.ParseError as e:
-    raise InputError("parse", "malformed_xml", str(e)) from None
+  except (ET.ParseError, LookupError, ValueError) as e:  # LookupError: unknown encoding
+    raise InputError("parse", "malformed_xml", f"{type(e).__name__}: {e}") from None
   if root.tag != "annotation":
     raise InputError("parse", "malformed_xml", f"root element is <{root.tag}>, not <annotation>")
   filename = _text(root, "filename")
