@@ -209,15 +209,14 @@ class _ParseSection(beam.DoFn):
       yield from self._emit(uri, split, image_root, section, index, record)
 
 
-def _pick_category(element):
-  """One name per (file, category id): a second, different name is reported."""
+def _duplicate_category(element):
+  """A category id given two different names in one file is reported; the smallest name
+  (the one PickCategory keeps) is used."""
   (uri, category_id), names = element
   names = sorted(set(names))
   if len(names) > 1:
-    yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-        source=uri, stage="parse", reason="duplicate_category_id", level="file",
-        message=f"category id {category_id} is named {names}; {names[0]!r} is used"))
-  yield (uri, category_id), names[0]
+    yield ErrorRecord(source=uri, stage="parse", reason="duplicate_category_id", level="file",
+                      message=f"category id {category_id} is named {names}; {names[0]!r} is used")
 
 
 def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: bool):
@@ -278,14 +277,13 @@ class ReadCoco(beam.PTransform):
               | "Spread" >> beam.Reshuffle()
               | "Stream" >> beam.ParDo(_ParseSection(self.allow_absolute)).with_outputs(
                   "objects", "categories", "errors", main="images"))
-    by_key = (parsed.categories
-              | "GroupCategories" >> beam.GroupByKey()
-              | "PickCategory" >> beam.FlatMap(_pick_category).with_outputs(
-                  "errors", main="categories"))
+    grouped = parsed.categories | "GroupCategories" >> beam.GroupByKey()
+    by_key = grouped | "PickCategory" >> beam.MapTuple(lambda k, names: (k, min(names)))
+    category_errors = grouped | "DuplicateCategories" >> beam.FlatMap(_duplicate_category)
     joined = ({"image": parsed.images, "objects": parsed.objects}
               | "GroupByImage" >> beam.CoGroupByKey()
-              | "Join" >> beam.FlatMap(join_image, beam.pvalue.AsDict(by_key.categories),
+              | "Join" >> beam.FlatMap(join_image, beam.pvalue.AsDict(by_key),
                                        self.allow_absolute).with_outputs("errors", main="images"))
-    errors = ((parsed.errors, by_key.errors, joined.errors) | "Errors" >> beam.Flatten())
-    names = by_key.categories | "Names" >> beam.MapTuple(lambda uri_id, name: (name, uri_id[1]))
+    errors = ((parsed.errors, category_errors, joined.errors) | "Errors" >> beam.Flatten())
+    names = by_key | "Names" >> beam.MapTuple(lambda uri_id, name: (name, uri_id[1]))
     return SourceOutput(images=joined.images, errors=errors, categories=names)
