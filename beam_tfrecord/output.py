@@ -32,7 +32,7 @@ def _entries(output: str) -> List[str]:
   """Everything in the output directory, directories included (FileSystems.match lists
   files only, so a local directory is listed with os.listdir; object stores list prefixes)."""
   if paths.is_remote(output):
-    return _match(paths.join(output, "**"))
+    return _match(paths.join(paths.glob_escape(output), "**"))
   import os
   try:
     return [os.path.join(output, name) for name in os.listdir(output)]
@@ -52,12 +52,12 @@ def prepare(output: str, overwrite: bool) -> None:
     raise OutputNotEmpty(f"output directory {output} is not empty ({len(existing)} entries); "
                          "pass --overwrite to replace an earlier run")
   for pattern in OWN_FILES:
-    found = _match(paths.join(output, pattern))
+    found = _match(paths.join(paths.glob_escape(output), pattern))
     if found:
       FileSystems.delete(found)
   for pattern in OWN_DIRS:
     if paths.is_remote(output):
-      found = _match(paths.join(output, pattern + "/**"))
+      found = _match(paths.join(paths.glob_escape(output), pattern + "/**"))
     else:
       found = [e for e in _entries(output) if fnmatch.fnmatch(os.path.basename(e), pattern)]
     if found:

@@ -85,6 +85,19 @@ def file_size(uri: str) -> int:
   raise InputError("locate", "missing_image", f"{uri} does not exist")
 
 
+def size_of(uri: str) -> int:
+  """Size of a file we just wrote. Not FileSystems.match, which would read '[', '*', '?' in
+  the path as a glob pattern."""
+  from apache_beam.io.filesystems import FileSystems
+  return FileSystems.get_filesystem(uri).metadata(uri).size_in_bytes
+
+
+def glob_escape(root: str) -> str:
+  """A directory path made literal for use in front of a glob pattern."""
+  import glob
+  return root if is_remote(root) else glob.escape(root)
+
+
 def parse_assignment(text: str) -> tuple[Optional[str], str]:
   """'train=path' -> ('train', 'path'); 'path' -> (None, 'path'). URIs keep their '='."""
   name, sep, rest = text.partition("=")

@@ -16,7 +16,8 @@ from beam_tfrecord import paths
 def _finished_shards(staging: str) -> int:
   from apache_beam.io.filesystems import FileSystems
   try:
-    found = FileSystems.match([paths.join(staging, "*.tfrecord")])[0].metadata_list
+    found = FileSystems.match([paths.join(paths.glob_escape(staging), "*.tfrecord")])[0] \
+        .metadata_list
   except Exception:
     return 0
   return sum(1 for m in found if not m.path.replace("\\", "/").rsplit("/", 1)[-1].startswith("."))

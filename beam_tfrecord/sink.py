@@ -22,7 +22,9 @@ from beam_tfrecord.encode import Converted, EncodeOptions, convert
 from beam_tfrecord.model import ImageAnnotation
 from beam_tfrecord.sharding import SplitPlan
 
-STAT_COUNTS = ("examples", "objects", "bytes", "clipped", "reoriented")
+# rejected: images of this shard/split turned down while writing; with examples it must add up
+# to the planned count (the finalize step checks, so a runner that loses records fails loudly).
+STAT_COUNTS = ("examples", "objects", "bytes", "clipped", "reoriented", "rejected")
 
 
 def new_stats(split: str, shard: Optional[int], path: str) -> Dict:
@@ -76,12 +78,13 @@ class _WriteShard(beam.DoFn):
         errors.extend(result.errors)
         if result.serialized is None:
           self.rejected.inc()
+          stats["rejected"] += 1
           continue
         _TFRecordUtil.write_record(f, result.serialized)
         self.images.inc()
         add_example(stats, result)
     FileSystems.rename([partial], [final])
-    stats["bytes"] = FileSystems.match([final])[0].metadata_list[0].size_in_bytes
+    stats["bytes"] = paths.size_of(final)
     stats["classes"] = dict(sorted(stats["classes"].items()))
     yield stats
     for error in errors:
@@ -120,12 +123,15 @@ class _Encode(beam.DoFn):
     result = convert(ann, label_map, self.options)
     for error in result.errors:
       yield beam.pvalue.TaggedOutput("errors", error)
-    if result.serialized is not None:
-      stats = new_stats(ann.split, None, "")
-      add_example(stats, result)
-      stats["bytes"] = len(result.serialized)
+    stats = new_stats(ann.split, None, "")
+    if result.serialized is None:
+      stats["rejected"] = 1
       yield beam.pvalue.TaggedOutput("stats", stats)
-      yield ann.split, result.serialized
+      return
+    add_example(stats, result)
+    stats["bytes"] = len(result.serialized)
+    yield beam.pvalue.TaggedOutput("stats", stats)
+    yield ann.split, result.serialized
 
 
 class WriteWithBeamSink(beam.PTransform):
