@@ -74,13 +74,8 @@ def source_patterns(config) -> List[Tuple[str, str]]:
   VOC/JPEGImages). Plus --label-map when given.
   """
   result: List[Tuple[str, str]] = []
-  default_root, per_split = None, {}
-  for item in config.images:
-    split, root = paths.parse_assignment(item)
-    if split:
-      per_split[split] = root
-    else:
-      default_root = root
+  from beam_tfrecord.pipeline import image_roots
+  default_root, per_split = image_roots(config)
   roots = list(per_split.values()) + ([default_root] if default_root else [])
   if config.format == "voc":
     for item in config.inputs:

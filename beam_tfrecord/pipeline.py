@@ -97,7 +97,8 @@ class ConvertConfig:
     return sharding.parse_split_fractions(self.split) if self.split else None
 
 
-def _image_roots(config: ConvertConfig) -> Tuple[Optional[str], Dict[str, str]]:
+def image_roots(config: ConvertConfig) -> Tuple[Optional[str], Dict[str, str]]:
+  """(default image root, {split: image root}) from the --images options."""
   default, per_split = None, {}
   for item in config.images:
     split, root = paths.parse_assignment(item)
@@ -110,7 +111,7 @@ def _image_roots(config: ConvertConfig) -> Tuple[Optional[str], Dict[str, str]]:
 
 def _file_inputs(config: ConvertConfig) -> List[Tuple[Optional[str], str, str]]:
   """(split, annotation uri, image root) for COCO and CSV inputs."""
-  default_root, per_split = _image_roots(config)
+  default_root, per_split = image_roots(config)
   result = []
   for item in config.inputs:
     split, uri = paths.parse_assignment(item)
@@ -133,7 +134,7 @@ def read_source(root, config: ConvertConfig) -> Tuple[SourceOutput, List[str]]:
     inputs = _file_inputs(config)
     return (root | "ReadCsv" >> ReadCsv(inputs, parse_column_map(config.csv_columns), allow),
             sorted({s for s, _, _ in inputs if s}))
-  default_root, _ = _image_roots(config)
+  default_root, _ = image_roots(config)
   if len(config.inputs) != 1:
     raise ValueError("--format voc takes exactly one --input: the VOC directory")
   voc = ReadVoc(config.inputs[0], default_root, use_image_sets=not config.split,
