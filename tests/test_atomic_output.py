@@ -278,3 +278,22 @@ def test_died_in_finalize_leaves_no_manifest(ds, tmp_path, monkeypatch):
   run = bd.convert(args(ds, output, "--num-shards", "2", "--overwrite"))
   assert run.code == 0 and len(run.examples) == IMAGES
   assert_no_leftovers(output)
+
+
+def test_records_lost_by_the_runner_fail_the_run(ds, tmp_path, monkeypatch):
+  """If fewer images reach the writer than were planned (Beam's multi_threading mode lost
+  records under load in our benchmarks), the run must fail, not finish incomplete."""
+  from beam_tfrecord import sharding
+  real = sharding.plan_split
+
+  def one_more(*args, **kwargs):
+    import dataclasses
+    plan = real(*args, **kwargs)
+    return dataclasses.replace(plan, count=plan.count + 1)  # as if one record vanished
+
+  monkeypatch.setattr(sharding, "plan_split", one_more)
+  output = str(tmp_path / "out")
+  run = bd.convert(args(ds, output, "--num-shards", "2"))
+  assert run.code == 3
+  assert run.manifest["status"].startswith("failed: the runner lost records")
+  assert f"{IMAGES + 1} planned, {IMAGES} written or rejected" in run.manifest["status"]

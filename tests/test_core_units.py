@@ -594,3 +594,23 @@ def test_string_int_label_map_message():
   message.item.add(name="cat", id=17, display_name="Cat")
   again = protos.StringIntLabelMap.FromString(message.SerializeToString())
   assert [(i.name, i.id, i.display_name) for i in again.item] == [("cat", 17, "Cat")]
+
+
+def test_lost_records_compares_plan_with_written_and_rejected():
+  from beam_tfrecord.pipeline import _lost_records
+  from beam_tfrecord.sharding import plan_split
+  plans = {"train": plan_split("train", [(f"k{i}", 1) for i in range(5)], 2, None),
+           "val": plan_split("val", [("v", 1)], 1, None)}
+  stats = [{"split": "train", "examples": 2, "rejected": 1}, {"split": "train", "examples": 2,
+                                                              "rejected": 0},
+           {"split": "val", "examples": 1, "rejected": 0}]
+  assert _lost_records(plans, stats) == ""
+  stats[0]["examples"] = 1  # the runner dropped one record of train
+  assert _lost_records(plans, stats) == "split train: 5 planned, 4 written or rejected"
+  assert "split val" in _lost_records(plans, stats[:2])
+
+
+def test_output_with_glob_characters_is_refused_up_front():
+  from beam_tfrecord.pipeline import ConvertConfig
+  with pytest.raises(ValueError, match="pattern"):
+    ConvertConfig(format="coco", inputs=["a.json"], output="/tmp/out[1]").validate()
