@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import List, Optional, Sequence, Tuple
 
-from beam_tfrecord.model import Box, InputError, ObjectAnnotation
+from beam_tfrecord.model import InputError, ObjectAnnotation
 
 BBOX_POLICIES = ("clip", "drop", "error")
 

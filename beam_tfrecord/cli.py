@@ -6,19 +6,17 @@ Options this tool does not know are handed to Beam as pipeline options (--runner
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
-import tempfile
 import time
 import uuid
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 from beam_tfrecord import __version__, sharding
 from beam_tfrecord.images import DEFAULT_MAX_PIXELS
 from beam_tfrecord.orientation import EXIF_FRAMES
-from beam_tfrecord.pipeline import FORMATS, MANIFEST, SINKS, ConvertConfig
+from beam_tfrecord.pipeline import FORMATS, SINKS, ConvertConfig
 from beam_tfrecord.progress import Progress
 
 EPILOG = """\

@@ -9,7 +9,7 @@ from typing import List, Mapping, Optional
 
 from beam_tfrecord import images, orientation
 from beam_tfrecord.paths import is_remote
-from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError, ObjectAnnotation
+from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.schemas import od_api
 
 

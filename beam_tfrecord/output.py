@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import posixpath
 from typing import Dict, List, Optional
 
 from beam_tfrecord import paths

@@ -20,7 +20,7 @@ from beam_tfrecord.images import DEFAULT_MAX_PIXELS
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.orientation import EXIF_FRAMES
 from beam_tfrecord.schemas import od_api
-from beam_tfrecord.sink import WriteShards, WriteWithBeamSink, merge_stats
+from beam_tfrecord.sink import WriteShards, WriteWithBeamSink, merge_stats, new_stats
 from beam_tfrecord.sources import SourceOutput
 from beam_tfrecord.sources.coco import ReadCoco
 from beam_tfrecord.sources.csv import ReadCsv, parse_column_map
@@ -233,34 +233,27 @@ def error_rate(examples: int, levels: Mapping[str, int]) -> float:
 
 
 def _split_entries(stats: Sequence[Dict], beam_files: Sequence[str]) -> Dict[str, Dict]:
-  from apache_beam.io.filesystems import FileSystems
-  splits: Dict[str, Any] = {}
-
-  def entry(split: str) -> Dict:
-    return splits.setdefault(split, {"examples": 0, "objects": 0, "bytes": 0, "clipped_boxes": 0,
-                                     "reoriented_images": 0, "classes": {}, "shards": []})
-
+  """Manifest entries per split: shard stats merged (sink.merge_stats) plus the shard list."""
+  by_split: Dict[str, List[Dict]] = {}
   for s in sorted(stats, key=lambda s: (s["split"], -1 if s["shard"] is None else s["shard"])):
-    e = entry(s["split"])
-    for total, key in (("examples", "examples"), ("objects", "objects"), ("bytes", "bytes"),
-                       ("clipped_boxes", "clipped"), ("reoriented_images", "reoriented")):
-      e[total] += s[key]
-    for name, n in s["classes"].items():
-      e["classes"][name] = e["classes"].get(name, 0) + n
-    if s["shard"] is not None:
-      e["shards"].append({"path": s["path"], "examples": s["examples"],
-                          "objects": s["objects"], "bytes": s["bytes"]})
+    by_split.setdefault(s["split"], []).append(s)
+  shard_files: Dict[str, List[Dict]] = {
+      split: [{"path": s["path"], "examples": s["examples"], "objects": s["objects"],
+               "bytes": s["bytes"]} for s in items if s["shard"] is not None]
+      for split, items in by_split.items()}
   for path in sorted(beam_files):  # --sink beam: per-file counts are unknown
     name = posixpath.basename(path.replace("\\", "/"))
-    size = paths.size_of(path)
-    entry(name.rsplit("-", 3)[0])["shards"].append(
-        {"path": name, "examples": None, "objects": None, "bytes": size})
-  for e in splits.values():
-    e["num_shards"] = len(e["shards"])
-    e["classes"] = dict(sorted(e["classes"].items()))
-    if beam_files:
-      e["bytes"] = sum(s["bytes"] for s in e["shards"])
-  return dict(sorted(splits.items()))
+    shard_files.setdefault(name.rsplit("-", 3)[0], []).append(
+        {"path": name, "examples": None, "objects": None, "bytes": paths.size_of(path)})
+  splits = {}
+  for split, files in sorted(shard_files.items()):
+    total = merge_stats(by_split.get(split) or [new_stats(split, None, "")])
+    splits[split] = {
+        "examples": total["examples"], "objects": total["objects"],
+        "bytes": sum(f["bytes"] for f in files) if beam_files else total["bytes"],
+        "clipped_boxes": total["clipped"], "reoriented_images": total["reoriented"],
+        "classes": total["classes"], "shards": files, "num_shards": len(files)}
+  return splits
 
 
 class _Finalize(beam.DoFn):

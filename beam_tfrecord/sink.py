@@ -9,9 +9,8 @@ the same bytes under the same name, so retries leave neither duplicates nor gaps
 """
 from __future__ import annotations
 
-import collections
 import uuid
-from typing import Dict, Iterable, List, Mapping, Optional
+from typing import Dict, Iterable, Mapping, Optional
 
 import apache_beam as beam
 from apache_beam.io.tfrecordio import _TFRecordUtil  # TFRecord framing with CRC32C

@@ -7,7 +7,7 @@ ijson, emitting small records. Images and their annotations meet in a CoGroupByK
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 

@@ -8,7 +8,7 @@ streamed on workers; rows meet their image in a GroupByKey.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 import apache_beam as beam
 

@@ -8,7 +8,7 @@ XML is parsed with defusedxml, so entity bombs and external entities are refused
 from __future__ import annotations
 
 import posixpath
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import apache_beam as beam
 
