@@ -352,7 +352,8 @@ def _report(config: ConvertConfig, run_id: str, seconds: float, created: bool) -
   if code == EXIT_OK:
     return code
   report = outputs.run_dir(config.output, run_id)
-  kept = ("the earlier output is unchanged" if not created else "nothing was written")
+  kept = ("no output was made" if created else f"the earlier output in {config.output} is "
+          "unchanged")
   if code == EXIT_USAGE and created:  # nothing seen at all: leave no trace
     outputs.remove_leftovers(config.output)
     if not paths.is_remote(config.output):
@@ -362,7 +363,7 @@ def _report(config: ConvertConfig, run_id: str, seconds: float, created: bool) -
         pass
     where = ""
   else:
-    where = f"; this run's report: {report}"
+    where = f"; this run's report (manifest, errors): {report}"
   print(f"beam-tfrecord: {manifest['status']}; {kept}{where}", file=sys.stderr)
   return code
 

@@ -302,7 +302,7 @@ def input_paths(config: "ConvertConfig") -> List[str]:
 
 class _Finalize(beam.DoFn):
   """Writes label_map.pbtxt and manifest.json (last) into the run directory; a successful
-  run then replaces the output (output.commit), a failed one stays there as the report."""
+  run then replaces the output (output.commit), a failed one stays there as its report."""
 
   def __init__(self, config: ConvertConfig, argv: Sequence[str], run_directory: str,
                run_id: str):
@@ -358,10 +358,8 @@ class _Finalize(beam.DoFn):
       protected = [n for n in (outputs.name_inside(p, self.config.output)
                                for p in input_paths(self.config)) if n]
       outputs.commit(self.config.output, run_directory, manifest, protected)
-    else:  # keep the report (manifest, errors, label map), not the shards
-      shards = [paths.join(run_directory, s["path"]) for split in splits.values()
-                for s in split["shards"]]
-      outputs._delete_files(shards)
+    # else: the run directory stays as the failed run's report, shards included, so that
+    # `verify`/`inspect` can look at it; the next run into this output removes it
     yield manifest
 
 
