@@ -327,7 +327,13 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
                               pipeline_mod.input_paths(config))
       outputs.remove_leftovers(config.output, keep=[outputs.LOCK])
       with Progress(outputs.run_dir(config.output, run_id)):
-        result = p.run()  # local runners block here; remote ones return at once
+        try:
+          result = p.run()  # local runners block here; remote ones return at once
+        except Exception as e:  # a DoFn raised past our error handling: a runner failure
+          first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+          print(f"beam-tfrecord: the pipeline failed ({type(e).__name__}: {first[:300]}); "
+                f"{config.output} is unchanged", file=sys.stderr)
+          return EXIT_FAILED
         state = _wait(result, options)
       if state is None:  # --no_wait_until_finish: the job goes on without us
         return EXIT_OK

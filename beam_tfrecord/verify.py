@@ -91,6 +91,10 @@ def check(output: str, repair: bool = False) -> Tuple[int, List[str], List[str]]
   spec = reader.feature_description(manifest)
   total = 0
   for split, entry in manifest["splits"].items():
+    listed_examples = [s.get("examples") for s in entry["shards"]]
+    if None not in listed_examples and sum(listed_examples) != entry.get("examples"):
+      problems.append(f"{split}: manifest says {entry.get('examples')} examples, its shards "
+                      f"{sum(listed_examples)}")
     for shard in entry["shards"]:
       name = shard["path"]
       uri = paths.join(output, name)
