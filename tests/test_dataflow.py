@@ -264,6 +264,7 @@ EXAMPLES = {  # a realistic value per template parameter
     "verify_images": "true",
     "overwrite": "true",
     "if_changed": "true",
+    "max_image_bytes": "1000000", "image_sets": "train,val", "break_lock": "true",
 }
 
 
