@@ -229,11 +229,9 @@ class ReadVoc(beam.PTransform):
     self.voc_root = voc_root
     self.image_root = image_root or paths.join(voc_root, "JPEGImages")
     self.allow_absolute = allow_absolute
-    lists = split_files(voc_root) if use_image_sets else {}
-    if image_sets:
-      lists = {name: uri for name, uri in lists.items() if name in image_sets}
-    self.lists = lists
-    self.splits = split_names(lists)  # the splits the images get
+    self.lists = split_files(voc_root) if use_image_sets else {}  # membership: every list
+    self.scope = sorted(image_sets or self.lists)  # the lists that make splits
+    self.splits = split_names(self.scope) if self.lists else []
 
   def expand(self, root):
     from apache_beam.io import fileio
@@ -248,6 +246,6 @@ class ReadVoc(beam.PTransform):
               | "MatchXml" >> fileio.MatchFiles(paths.join(self.voc_root, "Annotations/*.xml"))
               | "ReadXml" >> fileio.ReadMatches()
               | "Parse" >> beam.ParDo(_ParseXml(self.image_root, self.allow_absolute),
-                                      beam.pvalue.AsDict(members), sorted(self.lists))
+                                      beam.pvalue.AsDict(members), self.scope)
               .with_outputs("errors", main="images"))
     return SourceOutput(images=parsed.images, errors=parsed.errors)
