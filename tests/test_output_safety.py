@@ -18,6 +18,7 @@ import pytest
 
 import bad_data as bd
 from conftest import subprocess_env
+from test_atomic_output import listing as tree  # {relative path: bytes, dirs: None}
 from beam_tfrecord import cli, lock, output as outputs
 
 IMAGES_A, IMAGES_B = 8, 5
@@ -38,18 +39,6 @@ def make_coco(root: str, count: int, tag: str, missing: bool = False) -> dict:
 def args(ds: dict, output: str, *extra: str) -> list:
   return ["convert", "--format", "coco", "--input", ds["json"], "--images", ds["images"],
           "--output", output, "--num-shards", "2", bd.RUNNER, *extra]
-
-
-def tree(root: str) -> dict:
-  """{relative path: bytes or None for a directory} of everything under root."""
-  result = {}
-  for dirpath, dirnames, filenames in os.walk(root):
-    for name in dirnames:
-      result[os.path.relpath(os.path.join(dirpath, name), root) + "/"] = None
-    for name in filenames:
-      with open(os.path.join(dirpath, name), "rb") as f:
-        result[os.path.relpath(os.path.join(dirpath, name), root)] = f.read()
-  return result
 
 
 def published(root: str) -> dict:
