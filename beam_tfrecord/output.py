@@ -5,12 +5,12 @@ import json
 from typing import Dict, List, Optional
 
 from beam_tfrecord import paths
-from beam_tfrecord.pipeline import LABEL_MAP, MANIFEST
+from beam_tfrecord.pipeline import LABEL_MAP, LABELS_TXT, MANIFEST
 
 # Everything a run writes; --overwrite removes exactly these (manifest first, so that an
 # interrupted overwrite never leaves a manifest describing missing shards). The last two are
 # directories: our staging and Beam's temporaries (WriteToText / WriteToTFRecord).
-OWN_FILES = (MANIFEST, "*.tfrecord", LABEL_MAP, "errors-*.jsonl")
+OWN_FILES = (MANIFEST, "*.tfrecord", LABEL_MAP, LABELS_TXT, "errors-*.jsonl")
 OWN_DIRS = (".tmp-*", "beam-temp-*")
 OWN_PATTERNS = OWN_FILES + OWN_DIRS
 

@@ -5,15 +5,17 @@ plus the per-object problems it found. No Beam, no TensorFlow.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 from beam_tfrecord import boxes, protos
 from beam_tfrecord.images import PreparedImage
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
+from beam_tfrecord.schemas import Encoded
 
 NAME = "od_api"
+FIRST_ID = 1      # 0 is background in the TF OD API
+IMAGE_LEVEL = False
 
 # key -> (dtype, kind) where kind is "fixed" (one value per example) or "var" (one per object).
 FEATURE_SPEC: Dict[str, Tuple[str, str]] = {
@@ -37,14 +39,6 @@ FEATURE_SPEC: Dict[str, Tuple[str, str]] = {
     "image/object/truncated": ("int64", "var"),
     "image/object/view": ("string", "var"),
 }
-
-
-@dataclasses.dataclass
-class Encoded:
-  serialized: bytes
-  labels: List[str]
-  clipped: int
-  errors: List[ErrorRecord]
 
 
 def _bytes(values: Sequence[bytes]):
@@ -112,6 +106,6 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
         [(n.obj.pose or "Unspecified").encode("utf-8") for n in kept])
 
   example = protos.Example(features=protos.Features(feature=features))
-  return Encoded(serialized=example.SerializeToString(deterministic=True),
+  return Encoded(records=[example.SerializeToString(deterministic=True)],
                  labels=[n.obj.label for n in kept],
                  clipped=sum(n.clipped for n in kept), errors=errors)

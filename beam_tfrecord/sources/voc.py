@@ -1,4 +1,6 @@
-"""Pascal VOC: one XML per image under Annotations/, optional ImageSets/Main/<split>.txt.
+"""Pascal VOC: one XML per image under Annotations/, optional ImageSets/Main/<split>.txt; or a
+folder of LabelImg XMLs (searched recursively) with the images beside them or under --images
+(the raccoon dataset's layout, and a Roboflow VOC export's split folders).
 
 Fields are found by tag name, never by position; coordinates may be floats; difficult,
 truncated and pose are optional. The image is located by <filename> under the image root;
@@ -14,7 +16,7 @@ import apache_beam as beam
 
 from beam_tfrecord import paths
 from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError, ObjectAnnotation
-from beam_tfrecord.sources import SourceOutput, read_text
+from beam_tfrecord.sources import SourceOutput, exists, is_hidden, list_dir, list_tree, read_text
 
 
 def _text(node, tag: str) -> Optional[str]:
@@ -108,18 +110,43 @@ def split_files(voc_root: str) -> Dict[str, str]:
   return dict(sorted(result.items()))
 
 
+def image_candidates(xml_relative: str, filename: str, beside: bool) -> List[str]:
+  """Names (relative to the image root) an XML's <filename> may be found at, in order: beside
+  the XML (the image root is the XML folder), or, under a separate image root, mirroring the
+  XML's sub-folder and then directly in it. <path> and <folder> are never used: they name the
+  annotator's machine."""
+  folder = posixpath.dirname(xml_relative)
+  mirrored = posixpath.join(folder, filename) if folder else filename
+  if beside:
+    return [mirrored]
+  return [mirrored, filename] if folder else [filename]
+
+
 class _ParseXml(beam.DoFn):
 
-  def __init__(self, image_root: str, allow_absolute: bool):
+  def __init__(self, image_root: str, allow_absolute: bool, follow_symlinks: bool = False,
+               flat_root: Optional[str] = None, split: Optional[str] = None):
     self.image_root = image_root
-    self.allow_absolute = allow_absolute
+    self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
+    self.flat_root = flat_root    # the XML folder of a flat (LabelImg) layout
+    self.split = split
+
+  def _locate(self, uri: str, filename: str) -> Tuple[str, str]:
+    if self.flat_root is None:
+      return paths.resolve(self.image_root, filename, self.allow_absolute, self.follow_symlinks)
+    rel = uri[len(self.flat_root.rstrip("/\\")) + 1:].replace("\\", "/")
+    names = image_candidates(rel, filename, beside=self.image_root == self.flat_root)
+    resolved = [paths.resolve(self.image_root, n, self.allow_absolute, self.follow_symlinks)
+                for n in names]
+    return next((r for r in resolved if exists(r[1])), resolved[0])
 
   def process(self, readable, splits: Dict[str, List[str]], use_splits: bool):
-    uri = readable.metadata.path
+    uri = readable.metadata.path if hasattr(readable, "metadata") else readable
     stem = posixpath.splitext(posixpath.basename(uri.replace("\\", "/")))[0]
     try:
-      filename, width, height, objects = parse_xml(readable.read())
-      key, image_uri = paths.resolve(self.image_root, filename, self.allow_absolute)
+      data = readable.read() if hasattr(readable, "read") else read_text(uri)
+      filename, width, height, objects = parse_xml(data)
+      key, image_uri = self._locate(uri, filename)
     except InputError as e:
       yield beam.pvalue.TaggedOutput("errors", e.record(uri))
       return
@@ -128,7 +155,7 @@ class _ParseXml(beam.DoFn):
           source=uri, stage="parse", reason="unexpected_error",
           message=f"{type(e).__name__}: {e}"))
       return
-    split = None
+    split = self.split
     if use_splits:
       member_of = splits.get(stem, [])
       if len(member_of) != 1:
@@ -143,21 +170,44 @@ class _ParseXml(beam.DoFn):
                           objects=tuple(objects), split=split, width=width, height=height)
 
 
-class ReadVoc(beam.PTransform):
-  """A Pascal VOC directory -> SourceOutput.
+def is_flat(voc_root: str) -> bool:
+  """A folder of XMLs rather than a VOC directory (no Annotations/)."""
+  return "Annotations" not in list_dir(voc_root)[0]
 
-  In: voc_root (holding Annotations/*.xml, optionally ImageSets/Main/*.txt) and image_root
-  (default voc_root/JPEGImages). Out: one ImageAnnotation per XML, split from ImageSets when
-  `use_image_sets` (images listed in none or several lists become errors), and ErrorRecords.
+
+def detect(path: str) -> Optional[str]:
+  """--format auto: a VOC directory, or a folder holding XMLs."""
+  subdirs, files = list_dir(path)
+  if "Annotations" in subdirs:
+    return "Annotations/"
+  if any(f.lower().endswith(".xml") for f in files):
+    return "XMLs"
+  if subdirs and any(r.lower().endswith(".xml") and not is_hidden(r) for r in list_tree(path)):
+    return "XMLs in sub-folders"
+  return None
+
+
+class ReadVoc(beam.PTransform):
+  """A Pascal VOC directory, or a folder of VOC XMLs -> SourceOutput.
+
+  In: voc_root (holding Annotations/*.xml, optionally ImageSets/Main/*.txt; or XMLs anywhere
+  below it) and image_root (default voc_root/JPEGImages; for a folder of XMLs, the images
+  lie beside the XMLs unless image_root is given). Out: one ImageAnnotation per XML, split from
+  ImageSets when `use_image_sets` (images listed in none or several lists become errors) or
+  `split`, and ErrorRecords.
   """
 
   def __init__(self, voc_root: str, image_root: Optional[str] = None,
-               use_image_sets: bool = True, allow_absolute: bool = False):
+               use_image_sets: bool = True, allow_absolute: bool = False,
+               follow_symlinks: bool = False, split: Optional[str] = None):
     super().__init__()
     self.voc_root = voc_root
-    self.image_root = image_root or paths.join(voc_root, "JPEGImages")
-    self.allow_absolute = allow_absolute
-    self.splits = split_files(voc_root) if use_image_sets else {}
+    self.flat = is_flat(voc_root)
+    self.image_root = image_root or (voc_root if self.flat else
+                                     paths.join(voc_root, "JPEGImages"))
+    self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
+    self.split = split
+    self.splits = split_files(voc_root) if use_image_sets and not self.flat and not split else {}
 
   def expand(self, root):
     from apache_beam.io import fileio
@@ -168,10 +218,21 @@ class ReadVoc(beam.PTransform):
                                parse_image_set(read_text(kv[1]).decode("utf-8"))])
                | "GroupSplits" >> beam.GroupByKey()
                | "SortSplits" >> beam.MapTuple(lambda stem, s: (stem, sorted(set(s)))))
-    parsed = (root
+    parse = _ParseXml(self.image_root, self.allow_absolute, self.follow_symlinks,
+                      self.voc_root if self.flat else None, self.split)
+    if self.flat:
+      voc_root = self.voc_root
+      xmls = (root
+              | "Root" >> beam.Create([voc_root])
+              | "ListXml" >> beam.FlatMap(lambda r: [
+                  paths.join(r, rel) for rel in list_tree(r)
+                  if rel.lower().endswith(".xml") and not is_hidden(rel)])
+              | "Spread" >> beam.Reshuffle())
+    else:
+      xmls = (root
               | "MatchXml" >> fileio.MatchFiles(paths.join(self.voc_root, "Annotations/*.xml"))
-              | "ReadXml" >> fileio.ReadMatches()
-              | "Parse" >> beam.ParDo(_ParseXml(self.image_root, self.allow_absolute),
-                                      beam.pvalue.AsDict(members), bool(self.splits))
-              .with_outputs("errors", main="images"))
+              | "ReadXml" >> fileio.ReadMatches())
+    parsed = xmls | "Parse" >> beam.ParDo(parse, beam.pvalue.AsDict(members),
+                                          bool(self.splits)).with_outputs(
+                                              "errors", main="images")
     return SourceOutput(images=parsed.images, errors=parsed.errors)
