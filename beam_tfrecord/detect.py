@@ -64,7 +64,7 @@ def _export(path: str) -> Optional[Detected]:
   if len(formats) != 1:
     return None
   fmt = formats.pop()
-  what = SPLIT_FILES.get(fmt, {"voc": "XMLs beside the images", "yolo": "data.yaml"}[fmt])
+  what = SPLIT_FILES.get(fmt) or {"voc": "XMLs beside the images", "yolo": "data.yaml"}[fmt]
   if fmt in SPLIT_FILES:
     inputs = tuple(f"{s}={paths.join(paths.join(path, s), SPLIT_FILES[fmt])}" for s in splits)
   else:

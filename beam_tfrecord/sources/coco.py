@@ -296,12 +296,8 @@ def check_background_category(uris: Sequence[str]) -> None:
   for uri in uris:
     try:
       used = uses_category_zero(uri)
-    except OSError:
-      continue  # missing or unreadable: the pipeline reports it
-    except Exception as e:  # BeamIOError from object stores
-      if "Not found" in str(e) or "No such file" in str(e):
-        continue
-      raise
+    except Exception:  # missing or unreadable: the pipeline reports it
+      continue
     if used:
       raise UsageError(
           f"{uri}: annotations use category id 0, which the TF OD API reserves for "

@@ -103,6 +103,9 @@ class ReadFolders(beam.PTransform):
                allow_absolute: bool = False, follow_symlinks: bool = False):
     super().__init__()
     self.tasks = plan(inputs)
+    # files beside the split folders (a README, .DS_Store) are reported like any other
+    self.loose = sorted({(root, name) for split, root, prefix in self.tasks if prefix
+                         for name in list_dir(root)[1]})
     self.splits = sorted({s for s, _, _ in self.tasks if s})
     classes = set()
     for _, root, prefix in self.tasks:
@@ -118,9 +121,14 @@ class ReadFolders(beam.PTransform):
               | "Spread" >> beam.Reshuffle()
               | "List" >> beam.ParDo(_ListClass(self.allow_absolute, self.follow_symlinks))
               .with_outputs("errors", main="images"))
+    extensions = image_extensions()
+    loose = root | "Loose" >> beam.Create([
+        classify(name, extensions)[1].record(paths.join(top, name), name, level="warning")
+        for top, name in self.loose])
     categories = root | "Classes" >> beam.Create(
         [(name, i + self.first_id) for i, name in enumerate(self.classes)])
-    return SourceOutput(images=listed.images, errors=listed.errors, categories=categories)
+    errors = (listed.errors, loose) | "Errors" >> beam.Flatten()
+    return SourceOutput(images=listed.images, errors=errors, categories=categories)
 
 
 def detect(path: str) -> Optional[str]:

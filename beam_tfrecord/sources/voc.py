@@ -10,7 +10,7 @@ XML is parsed with defusedxml, so entity bombs and external entities are refused
 from __future__ import annotations
 
 import posixpath
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
@@ -110,23 +110,28 @@ def split_files(voc_root: str) -> Dict[str, str]:
   return dict(sorted(result.items()))
 
 
-def image_candidates(xml_relative: str, filename: str, beside: bool) -> List[str]:
+def image_candidates(xml_relative: str, filename: str, beside: bool,
+                     image_dirs: Sequence[str] = ()) -> List[str]:
   """Names (relative to the image root) an XML's <filename> may be found at, in order: beside
-  the XML (the image root is the XML folder), or, under a separate image root, mirroring the
-  XML's sub-folder and then directly in it. <path> and <folder> are never used: they name the
-  annotator's machine."""
+  the XML, then in the tree's other folders holding images (the image root is the XML
+  folder: raccoon/annotations/ + raccoon/images/ given as raccoon/); or, under a separate
+  image root, mirroring the XML's sub-folder and then directly in it. <path> and <folder> are
+  never used: they name the annotator's machine."""
   folder = posixpath.dirname(xml_relative)
   mirrored = posixpath.join(folder, filename) if folder else filename
   if beside:
-    return [mirrored]
+    others = [posixpath.join(d, filename) if d else filename for d in image_dirs]
+    return list(dict.fromkeys([mirrored] + others))
   return [mirrored, filename] if folder else [filename]
 
 
 class _ParseXml(beam.DoFn):
 
   def __init__(self, image_root: str, allow_absolute: bool, follow_symlinks: bool = False,
-               flat_root: Optional[str] = None, split: Optional[str] = None):
+               flat_root: Optional[str] = None, split: Optional[str] = None,
+               image_dirs: Sequence[str] = ()):
     self.image_root = image_root
+    self.image_dirs = tuple(image_dirs)
     self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
     self.flat_root = flat_root    # the XML folder of a flat (LabelImg) layout
     self.split = split
@@ -135,7 +140,7 @@ class _ParseXml(beam.DoFn):
     if self.flat_root is None:
       return paths.resolve(self.image_root, filename, self.allow_absolute, self.follow_symlinks)
     rel = uri[len(self.flat_root.rstrip("/\\")) + 1:].replace("\\", "/")
-    names = image_candidates(rel, filename, beside=self.image_root == self.flat_root)
+    names = image_candidates(rel, filename, self.image_root == self.flat_root, self.image_dirs)
     resolved = [paths.resolve(self.image_root, n, self.allow_absolute, self.follow_symlinks)
                 for n in names]
     return next((r for r in resolved if exists(r[1])), resolved[0])
@@ -168,6 +173,28 @@ class _ParseXml(beam.DoFn):
       split = member_of[0]
     yield ImageAnnotation(key=key, uri=image_uri, source_id=key, source=uri,
                           objects=tuple(objects), split=split, width=width, height=height)
+
+
+def _image_dirs(xml_root: str) -> List[str]:
+  """Folders (relative) of a folder of XMLs that hold images, when no --images is given;
+  UsageError when there are none (the images live elsewhere: --images must say where)."""
+  from beam_tfrecord.errors import UsageError
+  from beam_tfrecord.sources import image_extensions
+  extensions = image_extensions()
+  tree = [rel for rel in list_tree(xml_root) if not is_hidden(rel)]
+  if not any(rel.lower().endswith(".xml") for rel in tree):
+    raise UsageError(f"{xml_root} holds neither Annotations/ nor any .xml file")
+  dirs = sorted({posixpath.dirname(rel) for rel in tree
+                 if posixpath.splitext(rel)[1].lower() in extensions})
+  if not dirs:
+    import os
+    parent = os.path.dirname(os.path.abspath(xml_root)) if not paths.is_remote(xml_root) else ""
+    siblings = [d for d in list_dir(parent)[0] if d.lower() in ("images", "jpegimages", "img")]
+    hint = (f" (perhaps --images {os.path.join(os.path.dirname(xml_root.rstrip('/')) or '.', siblings[0])})"
+            if siblings else "")
+    raise UsageError(f"{xml_root} holds XMLs but no images beside them; give --images DIR, "
+                     f"the folder their <filename> is in{hint}")
+  return dirs
 
 
 def is_flat(voc_root: str) -> bool:
@@ -205,6 +232,9 @@ class ReadVoc(beam.PTransform):
     self.flat = is_flat(voc_root)
     self.image_root = image_root or (voc_root if self.flat else
                                      paths.join(voc_root, "JPEGImages"))
+    self.image_dirs: List[str] = []
+    if self.flat and not image_root:
+      self.image_dirs = _image_dirs(voc_root)
     self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
     self.split = split
     self.splits = split_files(voc_root) if use_image_sets and not self.flat and not split else {}
@@ -219,7 +249,7 @@ class ReadVoc(beam.PTransform):
                | "GroupSplits" >> beam.GroupByKey()
                | "SortSplits" >> beam.MapTuple(lambda stem, s: (stem, sorted(set(s)))))
     parse = _ParseXml(self.image_root, self.allow_absolute, self.follow_symlinks,
-                      self.voc_root if self.flat else None, self.split)
+                      self.voc_root if self.flat else None, self.split, self.image_dirs)
     if self.flat:
       voc_root = self.voc_root
       xmls = (root

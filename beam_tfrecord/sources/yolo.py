@@ -112,10 +112,23 @@ def load_data_yaml(uri: str) -> YoloDataset:
       if found is None:
         raise UsageError(f"{uri}: {split} entry {entry!r} does not exist under {root}")
       entries.append(found)
-    splits.append((split, tuple(entries)))
+    splits.append((_folder_split(split, entries), tuple(entries)))
   if not splits:
     raise UsageError(f"{uri} names no images (no train/val/test entries)")
   return YoloDataset(posixpath.basename(uri.replace("\\", "/")), root, names, tuple(splits))
+
+
+EXPORT_SPLITS = ("train", "valid", "val", "validation", "test")
+
+
+def _folder_split(key: str, entries: Sequence[str]) -> str:
+  """A split named as its folder when the yaml points at SPLIT/images (a Roboflow export:
+  `val: ../valid/images` gives the split `valid`), else the yaml's key."""
+  folders = {posixpath.basename(posixpath.dirname(e.replace("\\", "/").rstrip("/")))
+             for e in entries if posixpath.basename(e.replace("\\", "/").rstrip("/")) == "images"}
+  if len(folders) == 1 and len(entries) == 1 and next(iter(folders)).lower() in EXPORT_SPLITS:
+    return folders.pop()
+  return key
 
 
 def parse_darknet_data(text: str) -> Dict[str, str]:
@@ -206,6 +219,7 @@ def detect(path: str) -> Optional[str]:
 # ---------------------------------------------------------------------------------------------
 # Pure functions: label paths and label lines
 
+_EPS = 1e-6
 _NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
@@ -247,11 +261,14 @@ def parse_line(line: str, names: Sequence[str]) -> ObjectAnnotation:
                      f"{line!r}: coordinates must be normalized to [0, 1]")
   if len(values) == 4:
     cx, cy, w, h = values
-    box = Box(cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2, normalized=True)
+    corners = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
   else:
     xs, ys = values[0::2], values[1::2]
-    box = Box(min(xs), min(ys), max(xs), max(ys), normalized=True)
-  return ObjectAnnotation(label=names[index], box=box)
+    corners = (min(xs), min(ys), max(xs), max(ys))
+  # a box touching the border computes to 1.0000000001 from rounded cx/w: that is the
+  # border, not a box to clip (and count); real overhangs are left to --bbox-policy
+  corners = tuple(min(max(c, 0.0), 1.0) if -_EPS < c < 1 + _EPS else c for c in corners)
+  return ObjectAnnotation(label=names[index], box=Box(*corners, normalized=True))
 
 
 def parse_label_text(text: str, names: Sequence[str]
