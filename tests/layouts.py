@@ -203,3 +203,50 @@ def write_class_folders(images: Sequence[sample.SampleImage], image_dir: Path, t
   hidden.mkdir(parents=True, exist_ok=True)
   shutil.copy(image_dir / images[0].file_name, hidden / images[0].file_name)
   return target
+
+
+# --------------------------------------------------------------------------------------------
+# Checking what a run wrote against the sample images
+
+
+def expected_boxes(im: sample.SampleImage) -> List[Tuple[str, float, float, float, float]]:
+  """(class, xmin, ymin, xmax, ymax) normalized, in annotation order."""
+  return [(label, x0 / im.width, y0 / im.height, x1 / im.width, y1 / im.height)
+          for label, x0, y0, x1, y1 in im.boxes]
+
+
+def check_od_examples(run, images: Sequence[sample.SampleImage], image_dir: Path,
+                      label_ids: Dict[str, int], split_of=None, tolerance: float = 1e-5) -> None:
+  """Every image written once (matched by base name), to its split, with its bytes, size and
+  boxes (to `tolerance` in normalized units), class names and ids."""
+  import hashlib
+  split_of = split_of or (lambda im: im.split)
+  written = {os.path.basename(e["filename"]): e for e in run.examples}
+  assert sorted(written) == sorted(im.file_name for im in images)
+  for im in images:
+    ex, where = written[im.file_name], im.file_name
+    data = (image_dir / im.file_name).read_bytes()
+    assert ex["split"] == split_of(im), where
+    assert ex["image/encoded"] == data, where
+    assert ex["image/format"] == im.format.encode(), where
+    assert (ex["image/width"], ex["image/height"]) == (im.width, im.height), where
+    assert ex["image/key/sha256"] == hashlib.sha256(data).hexdigest().encode(), where
+    want = expected_boxes(im)
+    got = list(zip(ex["image/object/class/text"], ex["image/object/class/label"],
+                   ex["image/object/bbox/xmin"], ex["image/object/bbox/ymin"],
+                   ex["image/object/bbox/xmax"], ex["image/object/bbox/ymax"]))
+    assert len(got) == len(want), f"{where}: {len(got)} objects, expected {len(want)}"
+    for g, w in zip(got, want):
+      assert g[0].decode("utf-8") == w[0] and g[1] == label_ids[w[0]], f"{where}: {g} vs {w}"
+      assert all(abs(a - b) <= tolerance for a, b in zip(g[2:], w[1:])), f"{where}: {g} vs {w}"
+
+
+def split_counts(run) -> Dict[str, int]:
+  return {split: entry["examples"] for split, entry in run.manifest["splits"].items()}
+
+
+def write_label_map(path: Path, ids: Dict[str, int]) -> Path:
+  path.write_text("".join(f"item {{\n  id: {i}\n  name: '{n}'\n}}\n"
+                          for n, i in sorted(ids.items(), key=lambda kv: kv[1])),
+                  encoding="utf-8")
+  return path

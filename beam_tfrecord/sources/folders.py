@@ -141,9 +141,9 @@ def detect(path: str) -> Optional[str]:
   levels = [paths.join(path, d) for d in visible]
   if split_level(visible):
     levels = [paths.join(s, c) for s in levels for c in list_dir(s)[0] if not c.startswith(".")]
-  # every class folder holds images and no annotation files (which would make it VOC's
-  # JPEGImages/Annotations or YOLO's images/labels instead)
-  annotation = (".xml", ".json", ".txt", ".csv", ".yaml", ".yml")
+  # every class folder holds images and no annotation files (VOC's JPEGImages/Annotations and
+  # YOLO's images/labels fail the first test, XMLs beside images the second)
+  annotation = (".xml", ".json", ".csv", ".yaml", ".yml")
   if not levels:
     return None
   for level in levels:
