@@ -141,14 +141,17 @@ def detect(path: str) -> Optional[str]:
   levels = [paths.join(path, d) for d in visible]
   if split_level(visible):
     levels = [paths.join(s, c) for s in levels for c in list_dir(s)[0] if not c.startswith(".")]
-  # every class folder holds images and no annotation files (VOC's JPEGImages/Annotations and
-  # YOLO's images/labels fail the first test, XMLs beside images the second)
+  # every class folder holds images and no annotation files: VOC's JPEGImages/Annotations and
+  # YOLO's images/labels fail the first test; XMLs, or Darknet label .txt files named like the
+  # images, beside the images fail the second (a stray notes.txt does not)
   annotation = (".xml", ".json", ".csv", ".yaml", ".yml")
   if not levels:
     return None
   for level in levels:
     files = list_dir(level)[1]
-    if (not any(posixpath.splitext(f)[1].lower() in extensions for f in files) or
-        any(f.lower().endswith(annotation) for f in files)):
+    stems = {posixpath.splitext(f)[0] for f in files
+             if posixpath.splitext(f)[1].lower() in extensions}
+    if (not stems or any(f.lower().endswith(annotation) for f in files) or
+        any(f.endswith(".txt") and f[:-4] in stems for f in files)):
       return None
   return "split folders of class folders" if split_level(visible) else "class folders"
