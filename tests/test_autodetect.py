@@ -39,7 +39,7 @@ def test_each_layout_is_detected(tree, dataset):
       str(tree / "ultralytics" / "shapes.yaml"): ("yolo", "shapes.yaml", None),
       str(tree / "darknet" / "data" / "obj.data"): ("yolo", "obj.data, Darknet", None),
       str(tree / "darknet" / "data"): ("yolo", "obj.data, Darknet", None),
-      str(tree / "raccoon"): ("voc", "XMLs in sub-folders", None),
+      str(tree / "raccoon"): ("voc", "XMLs in annotations/", None),
       str(tree / "raccoon" / "annotations"): ("voc", "XMLs", None),
       str(tree / "folders"): ("folders", "split folders of class folders", None),
       str(tree / "folders" / "train"): ("folders", "class folders", None),

@@ -198,8 +198,10 @@ def _image_dirs(xml_root: str) -> List[str]:
 
 
 def is_flat(voc_root: str) -> bool:
-  """A folder of XMLs rather than a VOC directory (no Annotations/)."""
-  return "Annotations" not in list_dir(voc_root)[0]
+  """A folder of XMLs rather than a VOC directory (no Annotations/). A missing directory is
+  read as a VOC directory, whose source reports it as before."""
+  subdirs, files = list_dir(voc_root)
+  return bool(subdirs or files) and "Annotations" not in subdirs
 
 
 def detect(path: str) -> Optional[str]:
@@ -209,8 +211,12 @@ def detect(path: str) -> Optional[str]:
     return "Annotations/"
   if any(f.lower().endswith(".xml") for f in files):
     return "XMLs"
-  if subdirs and any(r.lower().endswith(".xml") and not is_hidden(r) for r in list_tree(path)):
-    return "XMLs in sub-folders"
+  # one level down only (raccoon_dataset/annotations/): deeper XMLs are more likely a
+  # collection of datasets than one
+  with_xml = [d for d in subdirs if not d.startswith(".") and
+              any(f.lower().endswith(".xml") for f in list_dir(paths.join(path, d))[1])]
+  if with_xml:
+    return f"XMLs in {', '.join(d + '/' for d in with_xml)}"
   return None
 
 
