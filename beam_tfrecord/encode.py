@@ -81,7 +81,7 @@ def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
   try:
     prepared = images.prepare(read_bytes(ann.uri), options.max_pixels, options.verify_images)
     ann = _in_displayed_frame(ann, prepared, options, errors)
-    encoded = schemas.get(options.schema).encode(ann, prepared, label_map, options)
+    encoded = schemas.from_options(options).encode(ann, prepared, label_map, options)
   except InputError as e:
     return Converted(None, [], 0, False, errors + [e.record(ann.source, ann.key)])
   except Exception as e:  # a bug or an unforeseen input: report it, never kill the job

@@ -165,7 +165,7 @@ def preflight(config: ConvertConfig) -> None:
 def read_source(root, config: ConvertConfig) -> Tuple[SourceOutput, List[str]]:
   """The format's source transform, and the split names known before running."""
   allow, follow = config.allow_absolute_paths, config.follow_symlinks
-  first_id = schemas.get(config.schema or schemas.DEFAULT).first_id
+  first_id = schemas.from_options(config.encode_options()).first_id
   if config.format == "coco":
     inputs = _file_inputs(config)
     return (root | "ReadCoco" >> ReadCoco(inputs, allow, follow,
@@ -341,7 +341,7 @@ class _Finalize(beam.DoFn):
     elif FileSystems.exists(self.staging):
       FileSystems.delete([self.staging])
     _write_atomic(paths.join(output, LABEL_MAP), label_maps.to_text(label_map).encode())
-    schema = schemas.get(self.config.schema or schemas.DEFAULT)
+    schema = schemas.from_options(self.config.encode_options())
     if schema.first_id == 0:
       _write_atomic(paths.join(output, LABELS_TXT), label_maps.to_lines(label_map).encode())
     splits = _split_entries(stats, beam_files)
@@ -423,7 +423,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   config = resolve(config)
   staging = staging_dir(config.output, run_id or uuid.uuid4().hex)
   options = config.encode_options()
-  schema = schemas.get(config.schema)
+  schema = schemas.from_options(options)
   user_map = (label_maps.read(config.label_map, min_id=schema.first_id)
               if config.label_map else None)
   source, source_splits = read_source(root, config)

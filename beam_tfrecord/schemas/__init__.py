@@ -20,10 +20,10 @@ from typing import Any, Dict, List, Mapping, Tuple
 
 from beam_tfrecord.model import ErrorRecord
 
-# --schema value -> module under beam_tfrecord.schemas
+# --schema value -> module
 REGISTRY: Dict[str, str] = {
-    "od-api": "od_api",
-    "classification": "classification",
+    "od-api": "beam_tfrecord.schemas.od_api",
+    "classification": "beam_tfrecord.schemas.classification",
 }
 DEFAULT = "od-api"
 
@@ -50,7 +50,7 @@ class Schema:
 
   @property
   def module(self) -> Any:
-    return importlib.import_module(f"beam_tfrecord.schemas.{REGISTRY[self.option]}")
+    return importlib.import_module(REGISTRY[self.option])
 
   @property
   def name(self) -> str:
@@ -79,3 +79,9 @@ def get(option: str) -> Schema:
   if option not in REGISTRY:
     raise ValueError(f"--schema must be one of {', '.join(REGISTRY)}")
   return Schema(option)
+
+
+def from_options(options: Any) -> Schema:
+  """The schema an EncodeOptions asks for: what the writers and the manifest both use, so
+  that a schema setting added to EncodeOptions reaches both alike."""
+  return get(options.schema)
