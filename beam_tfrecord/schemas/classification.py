@@ -7,27 +7,19 @@ for a box source it is the one class its objects share. Pure: no Beam, no Tensor
 """
 from __future__ import annotations
 
-import hashlib
 from typing import Dict, Mapping, Tuple
 
+from beam_tfrecord import protos
 from beam_tfrecord.images import PreparedImage
 from beam_tfrecord.model import ImageAnnotation, InputError
-from beam_tfrecord.schemas import Encoded
-from beam_tfrecord.schemas.od_api import _bytes, _ints
-from beam_tfrecord import protos
+from beam_tfrecord.schemas import Encoded, od_api
 
 NAME = "classification"
 FIRST_ID = 0
 IMAGE_LEVEL = True
 
 FEATURE_SPEC: Dict[str, Tuple[str, str]] = {
-    "image/encoded": ("string", "fixed"),
-    "image/format": ("string", "fixed"),
-    "image/height": ("int64", "fixed"),
-    "image/width": ("int64", "fixed"),
-    "image/channels": ("int64", "fixed"),
-    "image/filename": ("string", "fixed"),
-    "image/key/sha256": ("string", "fixed"),
+    **{key: od_api.FEATURE_SPEC[key] for key in od_api.IMAGE_KEYS},
     "image/class/label": ("int64", "fixed"),
     "image/class/text": ("string", "fixed"),
 }
@@ -51,15 +43,9 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
   if name not in label_map:
     raise InputError("validate", "unknown_class", f"class {name!r} is not in the label map")
   features = {
-      "image/encoded": _bytes([image.encoded]),
-      "image/format": _bytes([image.info.format.encode()]),
-      "image/height": _ints([image.info.height]),
-      "image/width": _ints([image.info.width]),
-      "image/channels": _ints([image.info.channels]),
-      "image/filename": _bytes([ann.key.encode("utf-8")]),
-      "image/key/sha256": _bytes([hashlib.sha256(image.encoded).hexdigest().encode()]),
-      "image/class/label": _ints([label_map[name]]),
-      "image/class/text": _bytes([name.encode("utf-8")]),
+      **od_api.image_features(ann, image),
+      "image/class/label": od_api._ints([label_map[name]]),
+      "image/class/text": od_api._bytes([name.encode("utf-8")]),
   }
   example = protos.Example(features=protos.Features(feature=features))
   return Encoded(records=[example.SerializeToString(deterministic=True)], labels=[name],

@@ -41,6 +41,24 @@ FEATURE_SPEC: Dict[str, Tuple[str, str]] = {
 }
 
 
+# per-image keys other schemas share (classification)
+IMAGE_KEYS = ("image/encoded", "image/format", "image/height", "image/width", "image/channels",
+              "image/filename", "image/key/sha256")
+
+
+def image_features(ann: ImageAnnotation, image: PreparedImage) -> Dict:
+  """The IMAGE_KEYS features of one image."""
+  return {
+      "image/encoded": _bytes([image.encoded]),
+      "image/format": _bytes([image.info.format.encode()]),
+      "image/height": _ints([image.info.height]),
+      "image/width": _ints([image.info.width]),
+      "image/channels": _ints([image.info.channels]),
+      "image/filename": _bytes([ann.key.encode("utf-8")]),
+      "image/key/sha256": _bytes([hashlib.sha256(image.encoded).hexdigest().encode()]),
+  }
+
+
 def _bytes(values: Sequence[bytes]):
   return protos.Feature(bytes_list={"value": list(values)})
 
@@ -77,14 +95,8 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
     ids.append(label_map[obj.label])
 
   features = {
-      "image/encoded": _bytes([image.encoded]),
-      "image/format": _bytes([image.info.format.encode()]),
-      "image/height": _ints([height]),
-      "image/width": _ints([width]),
-      "image/channels": _ints([image.info.channels]),
-      "image/filename": _bytes([ann.key.encode("utf-8")]),
+      **image_features(ann, image),
       "image/source_id": _bytes([ann.source_id.encode("utf-8")]),
-      "image/key/sha256": _bytes([hashlib.sha256(image.encoded).hexdigest().encode()]),
       "image/object/bbox/xmin": _floats([n.xmin for n in kept]),
       "image/object/bbox/xmax": _floats([n.xmax for n in kept]),
       "image/object/bbox/ymin": _floats([n.ymin for n in kept]),
