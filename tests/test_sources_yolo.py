@@ -97,6 +97,9 @@ def test_ultralytics_yaml(dataset, tmp_path, capsys):
 def test_darknet_obj_data_with_label_map(dataset, tmp_path):
   """obj.data in data/ naming data/-prefixed lists; --label-map overrides index + 1."""
   obj_data = layouts.write_darknet(dataset.images, dataset.image_dir, tmp_path / "darknet")
+  obj = tmp_path / "darknet" / "data" / "obj"
+  (obj / "classes.txt").write_text("\n".join(layouts.YOLO_NAMES))  # LabelImg writes it here
+  (obj / "ghost.txt").write_text("0 0.5 0.5 0.1 0.1\n")  # its image was deleted
   ids = {"cat": 7, "dog": 8, "person": 9}
   label_map = layouts.write_label_map(tmp_path / "map.pbtxt", ids)
   run = convert(["--format", "yolo", "--input", str(obj_data), "--label-map", str(label_map),
@@ -108,6 +111,9 @@ def test_darknet_obj_data_with_label_map(dataset, tmp_path):
   layouts.check_od_examples(run, dataset.images, dataset.image_dir, ids, split_of)
   assert {e["filename"] for e in run.examples} == {
       f"data/obj/{im.file_name}" for im in dataset.images}
+  # train.txt and valid.txt share data/obj: only the label no image claims is an orphan
+  assert [(e["reason"], e["level"], e["source"]) for e in run.errors] == [
+      ("orphan_label", "file", str(obj / "ghost.txt"))]
 
 
 def test_bad_labels_become_error_records(small_dataset, tmp_path):

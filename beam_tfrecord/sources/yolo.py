@@ -25,8 +25,8 @@ import apache_beam as beam
 from beam_tfrecord import paths
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError, ObjectAnnotation
-from beam_tfrecord.sources import (SourceOutput, exists, image_extensions, is_hidden, list_tree,
-                                   parent, read_text)
+from beam_tfrecord.sources import (SourceOutput, exists, image_extensions, is_hidden, list_dir,
+                                   list_tree, parent, read_text)
 
 LOG = logging.getLogger("beam_tfrecord")
 YAML_SPLITS = ("train", "val", "test")          # Ultralytics keys, kept as split names
@@ -191,7 +191,6 @@ def load(uri: str, split: Optional[str] = None) -> YoloDataset:
 def detect_file(directory: str) -> Optional[str]:
   """The YOLO description in a directory: data.yaml (or another .yaml with `names`), or a
   Darknet .data file."""
-  from beam_tfrecord.sources import list_dir
   _, files = list_dir(directory)
   for name in ("data.yaml", "data.yml", *DARKNET_NAMES):
     if name in files:
@@ -296,10 +295,10 @@ def _relative(root: str, uri: str) -> str:
 
 
 class _ListImages(beam.DoFn):
-  """(split, entry) -> (split, image name relative to root, label uri or None) + errors.
+  """(split, entry) -> (split, image name relative to root, its label path, label exists).
 
-  A directory entry is listed recursively with its label directory, whose label files that
-  belong to no image are reported (orphan_label); a .txt entry is a list of image paths."""
+  A directory entry is listed recursively, and so is its label directory, whose label files
+  go to the 'labels' output (for the orphan check); a .txt entry is a list of image paths."""
 
   def __init__(self, dataset: YoloDataset):
     self.dataset = dataset
@@ -318,19 +317,16 @@ class _ListImages(beam.DoFn):
       yield from self._from_list(split, entry, root)
       return
     images = [paths.join(entry, rel) for rel in list_tree(entry) if self._is_image(rel)]
-    labels = {label_path(u) for u in images}
     labels_in = label_dir(entry)
     found = set()
     for rel in list_tree(labels_in) if exists(labels_in) else []:
-      if rel.endswith(".txt") and not is_hidden(rel) and rel != "classes.txt":
+      if is_label_file(rel):
         found.add(paths.join(labels_in, rel).replace("\\", "/"))
     for uri in images:
       label = label_path(uri)
-      yield split, _relative(root, uri), label if label in found else None
-    for orphan in sorted(found - labels):
-      yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-          source=orphan, stage="parse", reason="orphan_label", level="file",
-          message=f"label file without an image: no image of {entry} has this label path"))
+      yield split, _relative(root, uri), label, label in found
+    for label in sorted(found):
+      yield beam.pvalue.TaggedOutput("labels", label)
 
   def _from_list(self, split, entry, root):
     try:
@@ -354,18 +350,40 @@ class _ListImages(beam.DoFn):
             message=f"{name} exists under none of {sorted(set(bases))}"))
         continue
       label = label_path(uri)
-      yield split, _relative(root, uri), label if exists(label) else None
+      yield split, _relative(root, uri), label, exists(label)
+
+
+def is_label_file(relative: str) -> bool:
+  """A .txt that may be a label file (LabelImg's classes.txt and hidden files are not)."""
+  return (relative.endswith(".txt") and not is_hidden(relative)
+          and posixpath.basename(relative) != "classes.txt")
+
+
+def _label_files_in(folder: str, lists: frozenset) -> List[str]:
+  """Label files directly in a folder of a listed image's label (Darknet: beside it)."""
+  return [paths.join(folder, name) for name in list_dir(folder)[1]
+          if is_label_file(name) and paths.join(folder, name) not in lists]
+
+
+def _orphans(element):
+  """(label path, {'image': [...], 'file': [...]}) -> an error when no image claims it."""
+  label, grouped = element
+  if grouped["file"] and not grouped["image"]:
+    yield ErrorRecord(source=label, stage="parse", reason="orphan_label", level="file",
+                      message="label file without an image: no image of the dataset has "
+                      "this label path")
 
 
 class _ReadLabels(beam.DoFn):
-  """(split, image name, label uri or None) -> ImageAnnotation + per-line errors."""
+  """(split, image name, label path, label exists) -> ImageAnnotation + per-line errors."""
 
   def __init__(self, dataset: YoloDataset, allow_absolute: bool, follow_symlinks: bool):
     self.dataset = dataset
     self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
 
   def process(self, item):
-    split, name, label = item
+    split, name, label, has_label = item
+    label = label if has_label else None
     source = label or name
     try:
       key, uri = paths.resolve(self.dataset.root, name, self.allow_absolute,
@@ -417,14 +435,28 @@ class ReadYolo(beam.PTransform):
                 | f"Entries[{i}]" >> beam.Create(tasks)
                 | f"SpreadEntries[{i}]" >> beam.Reshuffle()
                 | f"List[{i}]" >> beam.ParDo(_ListImages(dataset)).with_outputs(
-                    "errors", main="images"))
+                    "labels", "errors", main="images"))
+      # Orphan label files, across all splits at once (Darknet's train and valid lists
+      # share one folder): label files listed near the images that no image claims.
+      lists = frozenset(e for _, entries in dataset.splits for e in entries)
+      beside = (listed.images
+                | f"LabelFolders[{i}]" >> beam.Map(lambda t: posixpath.dirname(t[2]))
+                | f"DistinctFolders[{i}]" >> beam.Distinct()
+                | f"ListFolders[{i}]" >> beam.FlatMap(_label_files_in, lists))
+      files = ((listed.labels, beside)
+               | f"LabelFiles[{i}]" >> beam.Flatten()
+               | f"FileKeys[{i}]" >> beam.Map(lambda p: (p, True)))
+      claimed = listed.images | f"Claimed[{i}]" >> beam.Map(lambda t: (t[2], True))
+      orphans = ({"file": files, "image": claimed}
+                 | f"MatchLabels[{i}]" >> beam.CoGroupByKey()
+                 | f"Orphans[{i}]" >> beam.FlatMap(_orphans))
       read = (listed.images
               | f"SpreadImages[{i}]" >> beam.Reshuffle()
               | f"Labels[{i}]" >> beam.ParDo(_ReadLabels(
                   dataset, self.allow_absolute, self.follow_symlinks)).with_outputs(
                       "errors", main="images"))
       images.append(read.images)
-      errors += [listed.errors, read.errors]
+      errors += [listed.errors, read.errors, orphans]
     names = self.datasets[0].names
     categories = root | "Classes" >> beam.Create(
         [(name, i + self.first_id) for i, name in enumerate(names)])
