@@ -5,6 +5,7 @@ Shared by both sinks. Pure apart from reading the file through Beam's FileSystem
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import List, Mapping, Optional
 
 from beam_tfrecord import images, orientation
@@ -13,12 +14,16 @@ from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord import schemas
 
 
+DEFAULT_MAX_IMAGE_BYTES = 256 * 1024 * 1024
+
+
 @dataclasses.dataclass(frozen=True)
 class EncodeOptions:
   bbox_policy: str = "clip"                 # boxes.BBOX_POLICIES
   max_pixels: int = images.DEFAULT_MAX_PIXELS
   exif_frame: str = "auto"                  # orientation.EXIF_FRAMES
   verify_images: bool = False               # fully decode JPEG/PNG, not just check structure
+  max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES  # larger files are rejected before reading
   schema: str = schemas.DEFAULT             # schemas.REGISTRY key
 
 
@@ -36,16 +41,31 @@ class Converted:
     return None if self.records is None else b"".join(self.records[:1])
 
 
-def read_bytes(uri: str) -> bytes:
+def _too_large(uri: str, size: int, limit: int) -> InputError:
+  return InputError("read", "image_too_large",
+                    f"{uri} has {size} bytes, over --max-image-bytes {limit}")
+
+
+def read_bytes(uri: str, limit: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
+  """The file's bytes; files over `limit` bytes are rejected from a stat, before reading."""
   if not is_remote(uri):
     # Local fast path: Beam's LocalFileSystem.open read 2,000 images (180 MB) in 1.6 s under
     # cProfile (two reads per file, growing buffers); a plain open() sizes its buffer once.
     try:
       with open(uri, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+          raise _too_large(uri, size, limit)
         return f.read()
     except OSError as e:
       raise InputError("read", "unreadable", f"{uri}: {e.strerror or e}") from None
   from apache_beam.io.filesystems import FileSystems
+  try:
+    size = FileSystems.get_filesystem(uri).size(uri)
+  except Exception:
+    size = None  # unknown here: the read below reports a missing object
+  if size is not None and size > limit:
+    raise _too_large(uri, size, limit)
   try:
     with FileSystems.open(uri, compression_type="uncompressed") as f:
       return f.read()
@@ -79,7 +99,8 @@ def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
   """Never raises for bad input: every problem becomes an ErrorRecord."""
   errors: List[ErrorRecord] = []
   try:
-    prepared = images.prepare(read_bytes(ann.uri), options.max_pixels, options.verify_images)
+    prepared = images.prepare(read_bytes(ann.uri, options.max_image_bytes), options.max_pixels,
+                              options.verify_images)
     ann = _in_displayed_frame(ann, prepared, options, errors)
     encoded = schemas.from_options(options).encode(ann, prepared, label_map, options)
   except InputError as e:

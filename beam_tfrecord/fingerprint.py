@@ -161,27 +161,3 @@ def recorded(output: str) -> Tuple[Optional[Dict], Optional[Dict]]:
   if manifest.get("status", "ok") != "ok":
     return manifest, None
   return manifest, manifest.get("source_fingerprint")
-
-
-def holds_only_own_files(output: str) -> bool:
-  """True when every entry of `output` (files and directories) is one a conversion writes
-  (shards, label map, manifest, errors, staging and temporary directories): an earlier run,
-  finished or interrupted, that --if-changed may replace. Anything else still needs an
-  explicit --overwrite."""
-  import fnmatch
-  from beam_tfrecord import output as outputs
-  if paths.is_remote(output):
-    from apache_beam.io.filesystems import FileSystems
-    prefix = output.rstrip("/") + "/"
-    try:
-      found = FileSystems.match([prefix + "**"])[0].metadata_list
-    except Exception:
-      found = []
-    names = {m.path[len(prefix):].split("/", 1)[0] for m in found if m.path.startswith(prefix)}
-  else:
-    try:
-      names = set(os.listdir(output))
-    except OSError:  # missing: nothing to replace
-      names = set()
-  return all(any(fnmatch.fnmatchcase(n, p.split("/", 1)[0]) for p in outputs.OWN_PATTERNS)
-             for n in names)

@@ -19,6 +19,7 @@ from apache_beam.metrics import Metrics
 from beam_tfrecord import paths, sharding
 from beam_tfrecord.encode import Converted, EncodeOptions, convert
 from beam_tfrecord.model import ImageAnnotation
+from beam_tfrecord.output import _fault
 from beam_tfrecord.sharding import SplitPlan
 
 # images: images written (a schema may write several records, `examples`, per image, or none);
@@ -86,6 +87,7 @@ class _WriteShard(beam.DoFn):
         self.images.inc()
         add_example(stats, result)
     FileSystems.rename([partial], [final])
+    _fault("write")
     stats["bytes"] = paths.size_of(final)
     stats["classes"] = dict(sorted(stats["classes"].items()))
     yield stats

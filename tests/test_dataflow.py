@@ -266,6 +266,7 @@ EXAMPLES = {  # a realistic value per template parameter
     "verify_images": "true",
     "overwrite": "true",
     "if_changed": "true",
+    "max_image_bytes": "1000000", "image_sets": "train,val", "break_lock": "true",
 }
 
 
@@ -374,6 +375,10 @@ class FakeResult:
 
 @pytest.fixture
 def local_config(tmp_path):
+  """A real (tiny) COCO input: the pre-run checks read it before any runner is involved."""
+  (tmp_path / "in").mkdir()
+  (tmp_path / "in" / "instances.json").write_text(json.dumps(
+      {"images": [{"id": 1, "file_name": "a.jpg"}], "annotations": [], "categories": []}))
   return ConvertConfig(format="coco", inputs=[str(tmp_path / "in" / "instances.json")],
                        images=[str(tmp_path / "in")], output=str(tmp_path / "out"))
 

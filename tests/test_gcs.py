@@ -94,7 +94,7 @@ def _read_tree(root: str):
 
 def _normalized_manifest(data: bytes, root: str):
   manifest = json.loads(data)
-  for key in ("created", "args", "config", "source_fingerprint"):
+  for key in ("created", "args", "config", "source_fingerprint", "run_id"):
     manifest.pop(key, None)
   return json.loads(json.dumps(manifest).replace(root, "ROOT"))
 

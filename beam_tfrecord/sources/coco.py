@@ -161,6 +161,44 @@ def _entries_after(uri: str, section: str, done: int) -> List[Any]:
   return entries[done:]
 
 
+_FORMAT_HINT = {"csv": "it looks like a CSV file; use --format csv",
+                "xml": "it looks like XML; use --format voc"}
+
+
+def check_input(uri: str) -> None:
+  """Before running: `uri` is a COCO instances JSON with a non-empty `images` array.
+
+  Streams only up to the `images` array (COCO files put it before `annotations`). A syntax
+  error or a NaN is left to the pipeline, which reports what it could not read per file."""
+  import ijson
+  from apache_beam.io.filesystems import FileSystems
+  from beam_tfrecord.errors import UsageError
+  from beam_tfrecord.preflight import check_file, head, sniff_text
+  check_file(uri, "--input")
+  kind = sniff_text(head(uri))
+  if kind != "json":
+    raise UsageError(f"--input {uri} is not a COCO JSON file"
+                     + (f": {_FORMAT_HINT[kind]}" if kind in _FORMAT_HINT else ""))
+  try:
+    with FileSystems.open(uri, compression_type="uncompressed") as f:
+      events = ijson.parse(f, use_float=True)
+      first = next(events)[1]
+      if first != "start_map":
+        raise UsageError(f"--input {uri} is a JSON {first[6:]}, not a COCO object with "
+                         "`images`, `annotations` and `categories`")
+      for prefix, event, _ in events:
+        if prefix == "images":
+          if event == "start_array" and next(events)[1] == "end_array":
+            raise UsageError(f"--input {uri}: the `images` array is empty: no images to "
+                             "convert")
+          return  # images found (or of a wrong type, which the pipeline reports)
+  except UsageError:
+    raise
+  except Exception:
+    return  # malformed or NaN: the pipeline reports it, keeping what it can read
+  raise UsageError(f"--input {uri} has no `images` array: not a COCO instances file")
+
+
 class _ParseSection(beam.DoFn):
   """(split, json_uri, image_root, section) -> tagged small records."""
 

@@ -137,6 +137,29 @@ def read_rows(fileobj, column_map: Mapping[str, str]) -> Iterator[Tuple[int, Dic
     text.detach()  # leave the underlying file to its owner
 
 
+def check_input(uri: str, column_map: Mapping[str, str]) -> None:
+  """Before running: `uri` is a CSV whose header has the mapped columns and a first row."""
+  from apache_beam.io.filesystems import FileSystems
+  from beam_tfrecord.errors import UsageError
+  from beam_tfrecord.preflight import check_file, head, sniff_text
+  check_file(uri, "--input")
+  kind = sniff_text(head(uri))
+  if kind in ("json", "xml"):
+    raise UsageError(f"--input {uri} is not a CSV file: it looks like "
+                     + ("JSON; use --format coco" if kind == "json" else "XML; use --format voc"))
+  try:
+    with FileSystems.open(uri, compression_type="uncompressed") as f:
+      if next(read_rows(f, column_map), None) is None:
+        raise UsageError(f"--input {uri} has a header but no rows: no images to convert")
+  except InputError as e:
+    if e.reason == "missing_column":
+      raise UsageError(f"--input {uri}: {e.message}; map your column names with --csv-columns "
+                       "FIELD=COLUMN,... (fields: " + ", ".join(FIELDS) + ")") from None
+    if e.reason == "malformed_csv" and "empty" in e.message:
+      raise UsageError(f"--input {uri} is empty") from None
+    # a syntax error later in the file: the pipeline reports it and keeps the rows before it
+
+
 class _ParseCsv(beam.DoFn):
   """(split, csv_uri, image_root) -> ((split, image_root, filename), row) and errors."""
 

@@ -10,7 +10,7 @@ XML is parsed with defusedxml, so entity bombs and external entities are refused
 from __future__ import annotations
 
 import posixpath
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
@@ -91,11 +91,15 @@ def parse_image_set(text: str) -> List[str]:
   return [line.split()[0] for line in text.splitlines() if line.strip()]
 
 
+# Image sets that are the union of others (VOC's trainval = train + val): not splits of their
+# own when a part is present. With one part present, the other is the union minus it.
+UNIONS: Dict[str, Tuple[str, ...]] = {"trainval": ("train", "val")}
+
+
 def split_files(voc_root: str) -> Dict[str, str]:
-  """{split: uri} of ImageSets/Main/*.txt without per-class lists; 'trainval' is dropped when
-  'train' and 'val' exist (it is their union)."""
+  """{image set: uri} of ImageSets/Main/*.txt, without the per-class lists (aeroplane_train)."""
   from apache_beam.io.filesystems import FileSystems
-  pattern = paths.join(voc_root, "ImageSets/Main/*.txt")
+  pattern = paths.join(paths.glob_escape(voc_root), "ImageSets/Main/*.txt")
   try:
     found = FileSystems.match([pattern])[0].metadata_list
   except Exception:
@@ -105,8 +109,6 @@ def split_files(voc_root: str) -> Dict[str, str]:
     name = posixpath.basename(meta.path.replace("\\", "/"))[:-4]
     if "_" not in name and not name.startswith((".", "-")):
       result[name] = meta.path
-  if "train" in result and "val" in result:
-    result.pop("trainval", None)
   return dict(sorted(result.items()))
 
 
@@ -123,6 +125,81 @@ def image_candidates(xml_relative: str, filename: str, beside: bool,
     others = [posixpath.join(d, filename) if d else filename for d in image_dirs]
     return list(dict.fromkeys([mirrored] + others))
   return [mirrored, filename] if folder else [filename]
+
+
+def resolve_split(member_of: Iterable[str], scope: Iterable[str]) -> Tuple[Optional[str], str]:
+  """(split, '') for an image listed in the image sets `member_of`, considering only the sets
+  in `scope`; (None, reason) when it is in none or in several. A union set counts only when
+  none of its parts is in scope; with one part in scope, the union minus that part is the
+  other part (only train and trainval: val = trainval - train)."""
+  scope = set(scope)
+  member = set(member_of) & scope
+  for union, parts in UNIONS.items():
+    present = [p for p in parts if p in scope]
+    if union not in scope or not present:
+      continue
+    if union in member:
+      member.discard(union)
+      if len(present) == 1 and not member & set(parts):
+        member.add(next(p for p in parts if p not in present))
+  if len(member) == 1:
+    return next(iter(member)), ""
+  return None, "not_in_split" if not member else "several_splits"
+
+
+def split_names(scope: Iterable[str]) -> List[str]:
+  """The splits that image sets `scope` produce (see resolve_split)."""
+  scope = set(scope)
+  names = set(scope)
+  for union, parts in UNIONS.items():
+    present = [p for p in parts if p in scope]
+    if union in scope and present:
+      names.discard(union)
+      names.update(parts)
+  return sorted(names)
+
+
+def check_input(inputs: Sequence[str], image_sets: Optional[str] = None) -> None:
+  """Before running: one VOC directory, with Annotations/*.xml and the chosen image sets; or
+  a folder of XMLs, or SPLIT=DIR folders (a Roboflow VOC export), whose XMLs and images
+  ReadVoc checks when it is built."""
+  from apache_beam.io.filesystems import FileSystems
+  from beam_tfrecord.errors import UsageError
+  from beam_tfrecord.preflight import check_directory
+  assigned = [paths.parse_assignment(item) for item in inputs]
+  if len(assigned) > 1 and not all(split for split, _ in assigned):
+    raise UsageError(f"--format voc takes one --input (a VOC directory or a folder of XMLs), "
+                     f"or one SPLIT=DIR per split; got {len(inputs)} inputs")
+  if len(assigned) > 1 or assigned[0][0]:
+    if image_sets:
+      raise UsageError("--image-sets applies to a VOC directory without SPLIT= inputs")
+    for _, root in assigned:
+      check_directory(root, "--input")
+    return
+  root = assigned[0][1]
+  check_directory(root, "--input")
+  if is_flat(root):  # a folder of XMLs (LabelImg): ReadVoc checks XMLs and images
+    if image_sets:
+      raise UsageError(f"--image-sets: {root} is a folder of XMLs without ImageSets/Main")
+    return
+  try:
+    found = FileSystems.match([paths.join(paths.glob_escape(root), "Annotations/*.xml")])[0] \
+        .metadata_list
+  except Exception:
+    found = []
+  if not found:
+    raise UsageError(f"--input {root} has no Annotations/*.xml: not a Pascal VOC directory "
+                     "(VOCdevkit/VOC2012 holds Annotations/, JPEGImages/, ImageSets/Main/)")
+  if image_sets:
+    available = split_files(root)
+    missing = [name for name in parse_image_sets(image_sets) if name not in available]
+    if missing:
+      raise UsageError(f"--image-sets: {', '.join(missing)} not in {root}/ImageSets/Main "
+                       f"(it has {', '.join(available) or 'no image sets'})")
+
+
+def parse_image_sets(text: str) -> List[str]:
+  return [name.strip() for name in text.split(",") if name.strip()]
 
 
 class _ParseXml(beam.DoFn):
@@ -145,7 +222,7 @@ class _ParseXml(beam.DoFn):
                 for n in names]
     return next((r for r in resolved if exists(r[1])), resolved[0])
 
-  def process(self, readable, splits: Dict[str, List[str]], use_splits: bool):
+  def process(self, readable, splits: Dict[str, List[str]], scope: List[str]):
     uri = readable.metadata.path if hasattr(readable, "metadata") else readable
     stem = posixpath.splitext(posixpath.basename(uri.replace("\\", "/")))[0]
     try:
@@ -161,16 +238,19 @@ class _ParseXml(beam.DoFn):
           message=f"{type(e).__name__}: {e}"))
       return
     split = self.split
-    if use_splits:
+    if scope:
       member_of = splits.get(stem, [])
-      if len(member_of) != 1:
-        reason, where = (("not_in_split", "no ImageSets/Main list") if not member_of else
-                         ("several_splits", f"the lists {sorted(member_of)}"))
+      split, reason = resolve_split(member_of, scope)
+      if split is None:
+        excluded = reason == "not_in_split" and bool(member_of)  # only in sets not chosen
+        where = (f"the lists {sorted(member_of)}" if member_of else "no ImageSets/Main list")
         yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-            source=uri, stage="parse", reason=reason, key=key,
-            message=f"image id {stem!r} is named by {where}"))
+            source=uri, stage="parse", key=key,
+            reason="excluded_by_image_sets" if excluded else reason,
+            level="warning" if excluded else "image",
+            message=f"image id {stem!r} is named by {where}"
+            + (f", none of the chosen image sets {scope}" if excluded else "")))
         return
-      split = member_of[0]
     yield ImageAnnotation(key=key, uri=image_uri, source_id=key, source=uri,
                           objects=tuple(objects), split=split, width=width, height=height)
 
@@ -232,7 +312,8 @@ class ReadVoc(beam.PTransform):
 
   def __init__(self, voc_root: str, image_root: Optional[str] = None,
                use_image_sets: bool = True, allow_absolute: bool = False,
-               follow_symlinks: bool = False, split: Optional[str] = None):
+               image_sets: Optional[Sequence[str]] = None, follow_symlinks: bool = False,
+               split: Optional[str] = None):
     super().__init__()
     self.voc_root = voc_root
     self.flat = is_flat(voc_root)
@@ -243,12 +324,16 @@ class ReadVoc(beam.PTransform):
       self.image_dirs = _image_dirs(voc_root)
     self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
     self.split = split
-    self.splits = split_files(voc_root) if use_image_sets and not self.flat and not split else {}
+    lists = split_files(voc_root) if use_image_sets and not self.flat and not split else {}
+    if image_sets:
+      lists = {name: uri for name, uri in lists.items() if name in image_sets}
+    self.lists = lists
+    self.splits = split_names(lists)  # the splits the images get
 
   def expand(self, root):
     from apache_beam.io import fileio
     members = (root
-               | "SplitLists" >> beam.Create(sorted(self.splits.items()))
+               | "SplitLists" >> beam.Create(sorted(self.lists.items()))
                | "ReadLists" >> beam.FlatMap(
                    lambda kv: [(stem, kv[0]) for stem in
                                parse_image_set(read_text(kv[1]).decode("utf-8"))])
@@ -269,6 +354,6 @@ class ReadVoc(beam.PTransform):
               | "MatchXml" >> fileio.MatchFiles(paths.join(self.voc_root, "Annotations/*.xml"))
               | "ReadXml" >> fileio.ReadMatches())
     parsed = xmls | "Parse" >> beam.ParDo(parse, beam.pvalue.AsDict(members),
-                                          bool(self.splits)).with_outputs(
+                                          sorted(self.lists)).with_outputs(
                                               "errors", main="images")
     return SourceOutput(images=parsed.images, errors=parsed.errors)
