@@ -9,7 +9,6 @@ from beam_tfrecord.schemas.od_api import _bytes, _ints
 NAME = "test_per_object"
 FIRST_ID = 1
 IMAGE_LEVEL = False
-# image/width: output.verify checks it (a schema without it would need verify changed)
 FEATURE_SPEC = {"image/filename": ("string", "fixed"), "image/width": ("int64", "fixed"),
                 "object/class/text": ("string", "fixed"), "object/class/label": ("int64", "fixed")}
 

@@ -75,6 +75,7 @@ def test_per_object_schema_through_the_pipeline(small_dataset, tmp_path, monkeyp
   neither lost nor rejected."""
   from apache_beam.testing.test_pipeline import TestPipeline
   from beam_tfrecord import output as outputs
+  from beam_tfrecord import verify
   from beam_tfrecord import reader
   from beam_tfrecord.pipeline import build
   monkeypatch.setitem(schemas.REGISTRY, "per-object", "per_object_schema")
@@ -95,7 +96,7 @@ def test_per_object_schema_through_the_pipeline(small_dataset, tmp_path, monkeyp
             if im.split == split for b in im.boxes]
     assert got == want and manifest["splits"][split]["examples"] == len(want)
   assert any(not im.boxes for im in ds.images)
-  assert outputs.verify(str(out)) == 0
+  assert verify.run(str(out)) == 0
 
 
 def test_fingerprint_covers_new_sources(small_dataset, tmp_path):

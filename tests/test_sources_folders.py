@@ -14,7 +14,7 @@ from pathlib import Path
 
 import layouts
 from bad_data import RUNNER, convert, other_formats
-from beam_tfrecord import output as outputs
+from beam_tfrecord import verify
 
 # The classification keys (issue 9), written out here rather than taken from the library.
 CLASSIFICATION = {
@@ -49,7 +49,7 @@ def check_classification(run, expected, out: Path):
     assert ex["image/key/sha256"] == hashlib.sha256(ex["image/encoded"]).hexdigest().encode()
     assert ex["image/width"] > 0 and ex["image/height"] > 0 and ex["image/channels"] in (1, 3, 4)
   assert layouts.split_counts(run) == dict(collections.Counter(s for s, _, _ in expected.values()))
-  assert outputs.verify(str(out)) == 0
+  assert verify.run(str(out)) == 0
 
 
 def test_split_class_folders_with_clutter(small_dataset, tmp_path, capsys):

@@ -85,3 +85,14 @@ def from_options(options: Any) -> Schema:
   """The schema an EncodeOptions asks for: what the writers and the manifest both use, so
   that a schema setting added to EncodeOptions reaches both alike."""
   return get(options.schema)
+
+
+def first_id_of(name: Any) -> int:
+  """FIRST_ID of the schema a manifest names (its NAME); 1 for unknown or older manifests."""
+  for option in REGISTRY:
+    try:
+      if get(option).name == name:
+        return get(option).first_id
+    except ImportError:  # a registered module that is not importable here
+      continue
+  return 1
