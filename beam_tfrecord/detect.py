@@ -104,8 +104,9 @@ def detect_one(path: str) -> Detected:
       return Detected(fmt, reason, inputs)
     found = [f"{f} ({r})" for f, r in direct]
   if not found:
-    raise UsageError(f"cannot tell the format of {path}: found {_found_summary(path) if is_dir(path) else 'a file of no known format'}; "
-                     f"give --format coco|voc|csv|yolo|folders")
+    what = _found_summary(path) if is_dir(path) else "a file of no known format"
+    raise UsageError(f"cannot tell the format of {path}: found {what}; give --format "
+                     "coco|voc|csv|yolo|folders")
   formats = sorted({f.split(" ", 1)[0] for f in found})
   raise UsageError(f"{path} fits more than one format: {'; '.join(found)}; give --format "
                    f"{' or --format '.join(formats)}")
@@ -118,7 +119,8 @@ def detect(inputs: Sequence[str]) -> Detected:
     split, path = paths.parse_assignment(item)
     found = detect_one(path)
     if split and len(found.inputs) == 1:
-      found = dataclasses.replace(found, inputs=(f"{split}={paths.parse_assignment(found.inputs[0])[1]}",))
+      _, only = paths.parse_assignment(found.inputs[0])
+      found = dataclasses.replace(found, inputs=(f"{split}={only}",))
     results.append(found)
   formats = sorted({r.format for r in results})
   if len(formats) > 1:

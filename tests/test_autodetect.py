@@ -206,3 +206,18 @@ def test_follow_symlinks(tmp_path):
   run = convert(["--input", path, "--follow-symlinks", "--output", str(tmp_path / "dangling"),
                  RUNNER])
   assert [e["reason"] for e in run.errors] == ["symlink_escape"]
+
+
+def test_category_zero_scan(tmp_path):
+  """The pre-run byte scan finds category_id 0 wherever the read chunks split it, and does
+  not take 10, 0.5 or a file name containing the text for it."""
+  from beam_tfrecord.sources import coco as coco_source
+  used = tmp_path / "used.json"
+  used.write_text(json.dumps({"images": [], "annotations": [
+      {"category_id": 10}, {"category_id": 0.5}, {"category_id": 0}]}))
+  unused = tmp_path / "unused.json"
+  unused.write_text(json.dumps({"images": [{"file_name": '"category_id": 0'}], "annotations": [
+      {"category_id": 10}, {"category_id": 0.5}, {"category_id": 100}]}))
+  for chunk in (5, 16, 1 << 20):
+    assert coco_source.uses_category_zero(str(used), chunk) is True
+    assert coco_source.uses_category_zero(str(unused), chunk) is False

@@ -307,8 +307,10 @@ _USES_ZERO = re.compile(rb'"category_id"\s*:\s*-?0(\.0*)?(?![0-9.eE])')
 
 
 def uses_category_zero(uri: str, chunk: int = 16 << 20) -> bool:
-  """True when an annotation of the file has category_id 0. A byte scan first (about 1 GB/s:
-  the launcher cannot afford streaming a 450 MB file); only a hit is confirmed by parsing."""
+  """True when an annotation of the file has category_id 0. A regex over the bytes first
+  (measured 0.36 s for 53 MB of annotations on a busy 2-core machine, where streaming them
+  with ijson took 3.5 s: the launcher cannot stream train2017's 450 MB); only a hit is
+  confirmed by parsing."""
   from apache_beam.io.filesystems import FileSystems
   hit, tail = False, b""
   with FileSystems.open(uri, compression_type="uncompressed") as f:
@@ -316,7 +318,7 @@ def uses_category_zero(uri: str, chunk: int = 16 << 20) -> bool:
       block = f.read(chunk)
       if not block:
         break
-      hit = bool(_USES_ZERO.search(tail + block))
+      hit = bool(_USES_ZERO.search(block) or _USES_ZERO.search(tail + block[:64]))
       tail = block[-64:]
   if not hit:
     return False

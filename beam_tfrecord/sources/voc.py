@@ -270,8 +270,9 @@ def _image_dirs(xml_root: str) -> List[str]:
     import os
     parent = os.path.dirname(os.path.abspath(xml_root)) if not paths.is_remote(xml_root) else ""
     siblings = [d for d in list_dir(parent)[0] if d.lower() in ("images", "jpegimages", "img")]
-    hint = (f" (perhaps --images {os.path.join(os.path.dirname(xml_root.rstrip('/')) or '.', siblings[0])})"
-            if siblings else "")
+    near = os.path.join(os.path.dirname(xml_root.rstrip("/")) or ".", siblings[0]) \
+        if siblings else ""
+    hint = f" (perhaps --images {near})" if near else ""
     raise UsageError(f"{xml_root} holds XMLs but no images beside them; give --images DIR, "
                      f"the folder their <filename> is in{hint}")
   return dirs
