@@ -318,8 +318,9 @@ def uses_category_zero(uri: str, chunk: int = 16 << 20) -> bool:
       block = f.read(chunk)
       if not block:
         break
-      hit = bool(_USES_ZERO.search(block) or _USES_ZERO.search(tail + block[:64]))
-      tail = block[-64:]
+      window = tail + block  # a match may straddle reads
+      hit = bool(_USES_ZERO.search(window))
+      tail = window[-64:]
   if not hit:
     return False
   with FileSystems.open(uri, compression_type="uncompressed") as f:
