@@ -214,7 +214,7 @@ def test_setup_py_declares_what_the_workers_import():
   provides = {"apache_beam": "apache-beam", "tensorflow": "tensorflow", "PIL": "pillow",
               "pandas": "pandas", "google_crc32c": "google-crc32c", "ijson": "ijson",
               "defusedxml": "defusedxml", "google": "protobuf", "rich": "rich",
-              "numpy": "tensorflow"}
+              "numpy": "tensorflow", "yaml": "pyyaml"}
   stdlib = set(__import__("sys").stdlib_module_names)
   imported = set()
   for d, _, files in os.walk(os.path.join(ROOT, "beam_tfrecord")):

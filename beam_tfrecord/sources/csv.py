@@ -24,6 +24,7 @@ REQUIRED = ("filename", "class", "xmin", "ymin", "xmax", "ymax")
 LISTING_REQUIRED = ("filename", "class")  # a classification listing: no box columns
 BOX_FIELDS = ("xmin", "ymin", "xmax", "ymax")
 WRONG_WIDTH = "__width__"  # marks a row whose field count differs from the header's
+LISTING = "__listing__"    # marks a row of a classification listing (no box columns)
 
 
 def parse_column_map(text: Optional[str]) -> Dict[str, str]:
@@ -65,7 +66,7 @@ def _int(value: Any, field: str) -> Optional[int]:
 def parse_row(row: Mapping[str, Any]) -> Tuple[str, Optional[int], Optional[int],
                                                Union[ObjectAnnotation, str, None], Optional[str]]:
   """(filename, width, height, object or None, split or None) of one row, keyed by field.
-  In a classification listing (a row without box fields) the object is the class name."""
+  In a classification listing (a row read_rows marked LISTING) the object is the class name."""
   filename = row.get("filename")
   if row.get(WRONG_WIDTH):
     fields, expected = row[WRONG_WIDTH]
@@ -82,7 +83,7 @@ def parse_row(row: Mapping[str, Any]) -> Tuple[str, Optional[int], Optional[int]
     except ValueError as e:
       raise InputError("parse", "bad_split", f"row for {filename!r}: {e}") from None
   label = row.get("class")
-  if not any(f in row for f in BOX_FIELDS):
+  if row.get(LISTING):
     if _empty(label):
       raise InputError("parse", "missing_field", f"row for {filename!r} has no class")
     return filename, width, height, str(label).strip(), split
@@ -129,6 +130,8 @@ def read_rows(fileobj, column_map: Mapping[str, str]) -> Iterator[Tuple[int, Dic
       row: Dict[str, Any] = {f: values[i] if i < len(values) else None for f, i in index.items()}
       if len(values) != len(header):
         row[WRONG_WIDTH] = (len(values), len(header))
+      if listing:
+        row[LISTING] = True
       yield reader.line_num, row
   except (csv.Error, UnicodeDecodeError) as e:
     raise InputError("parse", "malformed_csv",
