@@ -20,8 +20,10 @@ from beam_tfrecord.encode import DEFAULT_MAX_IMAGE_BYTES
 from beam_tfrecord.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from beam_tfrecord.images import DEFAULT_MAX_PIXELS
 from beam_tfrecord.orientation import EXIF_FRAMES
-from beam_tfrecord.pipeline import FORMATS, SINKS, ConvertConfig
+from beam_tfrecord.pipeline import FORMATS, SCHEMAS, SINKS, ConvertConfig
 from beam_tfrecord.progress import Progress
+
+DEMO_FORMATS = ("coco", "voc", "csv")
 
 EPILOG = """\
 Exit codes: 0 success (at least one example written); 1 runner or job failure; 2 usage or
@@ -38,25 +40,42 @@ falls back to offline, without its attempt to fetch Prism first).
 
 def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = True) -> None:
   if with_format:
-    parser.add_argument("--format", required=True, choices=FORMATS,
-                        help="annotation format: coco (instances JSON), voc (Pascal VOC "
-                        "directory), csv (TF Object Detection CSV, one row per object)")
+    parser.add_argument("--format", choices=FORMATS, default="auto",
+                        help="annotation format. auto (default): decided from --input and "
+                        "printed ('detected: yolo (data.yaml)'); coco (instances JSON), voc "
+                        "(Pascal VOC directory or a folder of LabelImg XMLs), csv (TF Object "
+                        "Detection CSV, one row per object, or a classification listing), "
+                        "yolo (Ultralytics data.yaml or Darknet obj.data), folders (class "
+                        "folders: ROOT/CLASS/IMAGE or ROOT/SPLIT/CLASS/IMAGE). A Roboflow "
+                        "export directory (train/ valid/ test/) gives one split per folder")
   parser.add_argument("--input", action="append", required=True, metavar="[SPLIT=]PATH",
                       help="annotation source; repeat for several. coco: an instances JSON file; "
                       "csv: a CSV file; voc: the VOC directory (Annotations/, JPEGImages/, "
-                      "ImageSets/Main/). Prefix SPLIT= to give the file's split, e.g. "
+                      "ImageSets/Main/) or a folder of XMLs (searched recursively); yolo: a "
+                      "data.yaml, an obj.data, or the directory holding it; folders: the root "
+                      "of the class folders; auto: any of these, or an export directory. "
+                      "Prefix SPLIT= to give the file's split, e.g. "
                       "val=annotations/instances_val2017.json. Local paths or gs://, s3:// URIs")
   parser.add_argument("--images", action="append", default=[], metavar="[SPLIT=]DIR",
                       help="image root that file names in the annotations are relative to; "
                       "repeat with SPLIT= for a root per split. Default: coco/csv, the "
-                      "annotation file's directory; voc, VOC/JPEGImages. File names may not "
-                      "leave this root")
+                      "annotation file's directory; voc, VOC/JPEGImages, or beside the XMLs "
+                      "for a folder of XMLs (whose <filename> is looked up under DIR, in the "
+                      "XML's sub-folder, then directly). yolo and folders find their images "
+                      "themselves. File names may not leave this root")
   parser.add_argument("--output", required=True, metavar="DIR",
                       help="output directory (local or gs://): shards, label_map.pbtxt, "
                       "manifest.json, errors-*.jsonl")
   parser.add_argument("--label-map", metavar="PBTXT",
-                      help="label_map.pbtxt to use for class ids (overrides COCO ids and the "
-                      "sorted-name default); objects of classes missing from it are reported")
+                      help="label_map.pbtxt to use for class ids (overrides COCO ids, YOLO's "
+                      "index + 1 and the sorted-name default); objects of classes missing from "
+                      "it are reported")
+  parser.add_argument("--schema", choices=SCHEMAS,
+                      help="record layout. od-api: TF Object Detection API keys (boxes), the "
+                      "default for box sources; classification: image/encoded, "
+                      "image/class/label (ids 0..N-1 in sorted name order, names in "
+                      "labels.txt), image/class/text ..., the default for class folders and "
+                      "classification CSV listings")
   parser.add_argument("--split", metavar="NAME=FRAC,...",
                       help="assign splits by a hash of each image's key, e.g. "
                       "train=0.8,val=0.1,test=0.1 (deterministic). Default: splits from the "
@@ -72,7 +91,9 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       "output; beam: Beam's WriteToTFRecord, for runners with a cheap shuffle")
   parser.add_argument("--csv-columns", metavar="FIELD=COLUMN,...",
                       help="csv only: map the expected fields (filename, width, height, class, "
-                      "xmin, ymin, xmax, ymax, split) to the CSV's own column names")
+                      "xmin, ymin, xmax, ymax, split) to the CSV's own column names, e.g. "
+                      "filename=path,class=label. A CSV without box columns is a "
+                      "classification listing (one image-level label per row)")
   parser.add_argument("--bbox-policy", choices=("clip", "drop", "error"), default="clip",
                       help="boxes partly outside the image: clip them (counted), drop the box, "
                       "or reject the image. Empty, non-finite or fully outside boxes are "
@@ -80,6 +101,10 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   parser.add_argument("--allow-absolute-paths", action="store_true",
                       help="accept absolute paths / URIs (gs://...) as file names in the "
                       "annotations instead of rejecting them")
+  parser.add_argument("--follow-symlinks", action="store_true",
+                      help="accept images that are symlinks to readable files outside the "
+                      "image root (symlink farms, exports assembled with ln -s); without it "
+                      "they are rejected as symlink_escape")
   policy = parser.add_mutually_exclusive_group()
   policy.add_argument("--max-error-rate", type=float, metavar="R",
                       help="fail (exit code 3, after writing the error report) when rejected "
@@ -123,8 +148,9 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
 def make_parser() -> argparse.ArgumentParser:
   parser = _Parser(
       prog="beam-tfrecord",
-      description="Convert labelled image datasets (COCO, Pascal VOC, TF OD CSV) into sharded "
-      "TFRecords of tf.train.Example (TF Object Detection API keys) with Apache Beam.")
+      description="Convert labelled image datasets (COCO, Pascal VOC / LabelImg, TF OD CSV, "
+      "YOLO, class folders, Roboflow exports) into sharded TFRecords of tf.train.Example (TF "
+      "Object Detection API or classification keys) with Apache Beam.")
   parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
   sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
   convert = sub.add_parser("convert", help="convert a dataset to TFRecords",
@@ -139,7 +165,7 @@ def make_parser() -> argparse.ArgumentParser:
   demo.add_argument("--output", default="demo-output", metavar="DIR",
                     help="where to write the sample data (DIR/data) and the TFRecords "
                     "(DIR/tfrecords). Default: demo-output")
-  demo.add_argument("--format", choices=FORMATS, default="coco",
+  demo.add_argument("--format", choices=DEMO_FORMATS, default="coco",
                     help="which of the sample's annotation formats to convert (default coco)")
   demo.add_argument("--images", type=int, default=24, help="sample images to make (default 24)")
   inspect = sub.add_parser("inspect", help="print the summary of a finished output directory")
@@ -414,7 +440,8 @@ def _config(args: argparse.Namespace) -> ConvertConfig:
       bbox_policy=args.bbox_policy, allow_absolute_paths=args.allow_absolute_paths,
       overwrite=args.overwrite, max_error_rate=0.0 if args.strict else args.max_error_rate,
       max_pixels=args.max_pixels, exif_frame=args.exif_frame, verify_images=args.verify_images,
-      max_image_bytes=args.max_image_bytes, image_sets=args.image_sets)
+      max_image_bytes=args.max_image_bytes, image_sets=args.image_sets,
+      schema=args.schema, follow_symlinks=args.follow_symlinks)
 
 
 def _demo(args, beam_args: Sequence[str]) -> int:
@@ -455,6 +482,19 @@ def _unchanged(config: ConvertConfig) -> bool:
   return False
 
 
+def _resolve(config: ConvertConfig) -> ConvertConfig:
+  """--format auto decided (and printed) and the schema chosen before anything runs; raises
+  UsageError for what is wrong with the input."""
+  import dataclasses
+  from beam_tfrecord import pipeline as pipeline_mod
+  if config.format == "auto":
+    from beam_tfrecord import detect
+    found = detect.detect(config.inputs)
+    print(found.line(), flush=True)
+    config = dataclasses.replace(config, format=found.format, inputs=list(found.inputs))
+  return pipeline_mod.resolve(config)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   """The console script. Every usage or input error is one line on stderr and exit 2."""
   try:
@@ -481,6 +521,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
       config.validate()
     except ValueError as e:
       raise UsageError(str(e)) from None
+    config = _resolve(config)
     if args.if_changed and _unchanged(config):
       return EXIT_OK
     return run_convert(config, beam_args, argv, break_lock=args.break_lock)

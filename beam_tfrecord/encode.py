@@ -11,7 +11,7 @@ from typing import List, Mapping, Optional
 from beam_tfrecord import images, orientation
 from beam_tfrecord.paths import is_remote
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
-from beam_tfrecord.schemas import od_api
+from beam_tfrecord import schemas
 
 
 DEFAULT_MAX_IMAGE_BYTES = 256 * 1024 * 1024
@@ -24,15 +24,21 @@ class EncodeOptions:
   exif_frame: str = "auto"                  # orientation.EXIF_FRAMES
   verify_images: bool = False               # fully decode JPEG/PNG, not just check structure
   max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES  # larger files are rejected before reading
+  schema: str = schemas.DEFAULT             # schemas.REGISTRY key
 
 
 @dataclasses.dataclass
 class Converted:
-  serialized: Optional[bytes]      # None when the image was rejected
+  records: Optional[List[bytes]]   # None when the image was rejected
   labels: List[str]
   clipped: int
   reoriented: bool
   errors: List[ErrorRecord]
+
+  @property
+  def serialized(self) -> Optional[bytes]:
+    """The one record of a one-record-per-image schema (None when rejected)."""
+    return None if self.records is None else b"".join(self.records[:1])
 
 
 def _too_large(uri: str, size: int, limit: int) -> InputError:
@@ -96,12 +102,12 @@ def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
     prepared = images.prepare(read_bytes(ann.uri, options.max_image_bytes), options.max_pixels,
                               options.verify_images)
     ann = _in_displayed_frame(ann, prepared, options, errors)
-    encoded = od_api.encode(ann, prepared, label_map, options.bbox_policy)
+    encoded = schemas.from_options(options).encode(ann, prepared, label_map, options)
   except InputError as e:
     return Converted(None, [], 0, False, errors + [e.record(ann.source, ann.key)])
   except Exception as e:  # a bug or an unforeseen input: report it, never kill the job
     return Converted(None, [], 0, False, errors + [ErrorRecord(
         source=ann.source, stage="encode", reason="unexpected_error", key=ann.key,
         message=f"{type(e).__name__}: {e}")])
-  return Converted(encoded.serialized, encoded.labels, encoded.clipped,
+  return Converted(encoded.records, encoded.labels, encoded.clipped,
                    prepared.source.orientation != 1, errors + encoded.errors)

@@ -71,19 +71,42 @@ def source_patterns(config) -> List[Tuple[str, str]]:
 
   coco/csv: each annotation file; the image roots (default: each annotation file's directory).
   voc: Annotations/ and ImageSets/Main/ under the VOC directory; the image root (default
-  VOC/JPEGImages). Plus --label-map when given.
+  VOC/JPEGImages); a folder of XMLs: everything below it. folders: everything below each
+  input. yolo: the dataset yaml / obj.data, the dataset root, each image directory and its
+  label directory (or list file). Plus --label-map when given.
   """
   result: List[Tuple[str, str]] = []
   from beam_tfrecord.pipeline import image_roots
   default_root, per_split = image_roots(config)
   roots = list(per_split.values()) + ([default_root] if default_root else [])
   if config.format == "voc":
+    from beam_tfrecord.sources.voc import is_flat
     for item in config.inputs:
       _, voc = paths.parse_assignment(item)
+      if is_flat(voc):  # a folder of XMLs: XMLs and (unless --images) images anywhere below
+        result.append(("tree", paths.join(voc, "**")))
+        continue
       result.append(("tree", paths.join(paths.join(voc, "Annotations"), "**")))
       result.append(("tree", paths.join(paths.join(voc, "ImageSets"), "**")))
       if not roots:
         roots.append(paths.join(voc, "JPEGImages"))
+  elif config.format == "folders":
+    for item in config.inputs:
+      result.append(("tree", paths.join(paths.parse_assignment(item)[1], "**")))
+  elif config.format == "yolo":
+    from beam_tfrecord.sources import yolo
+    for item in config.inputs:
+      split, uri = paths.parse_assignment(item)
+      dataset = yolo.load(uri, split)
+      result.append(("tree", paths.join(dataset.root, "**")))
+      for _, entries in dataset.splits:  # entries may lie outside the root (../x)
+        for entry in entries:
+          result.append(("file", entry) if entry.endswith(".txt") else
+                        ("tree", paths.join(entry, "**")))
+          if not entry.endswith(".txt"):
+            result.append(("tree", paths.join(yolo.label_dir(entry), "**")))
+      if uri.endswith((".yaml", ".yml", ".data")):
+        result.append(("file", uri))
   else:
     for item in config.inputs:
       split, uri = paths.parse_assignment(item)

@@ -15,21 +15,24 @@ import beam_tfrecord
 from beam_tfrecord import label_map as label_maps
 from beam_tfrecord import lock as locks
 from beam_tfrecord import output as outputs
-from beam_tfrecord import paths, sharding
+from beam_tfrecord import paths, schemas, sharding
 from beam_tfrecord.boxes import BBOX_POLICIES
 from beam_tfrecord.encode import EncodeOptions
 from beam_tfrecord.images import DEFAULT_MAX_PIXELS
 from beam_tfrecord.encode import DEFAULT_MAX_IMAGE_BYTES
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.orientation import EXIF_FRAMES
-from beam_tfrecord.schemas import od_api
 from beam_tfrecord.sink import WriteShards, WriteWithBeamSink, merge_stats, new_stats
-from beam_tfrecord.sources import SourceOutput
+from beam_tfrecord.sources import SourceOutput, coco, folders, yolo
+from beam_tfrecord.sources import csv as csv_source
 from beam_tfrecord.sources.coco import ReadCoco
 from beam_tfrecord.sources.csv import ReadCsv, parse_column_map
+from beam_tfrecord.sources.folders import ReadFolders
 from beam_tfrecord.sources.voc import ReadVoc
+from beam_tfrecord.sources.yolo import ReadYolo
 
-FORMATS = ("coco", "voc", "csv")
+FORMATS = ("auto", "coco", "voc", "csv", "yolo", "folders")
+SCHEMAS = tuple(schemas.REGISTRY)
 SINKS = ("shards", "beam")
 DEFAULT_SPLIT = "train"
 MANIFEST = outputs.MANIFEST
@@ -37,6 +40,7 @@ LABEL_MAP = outputs.LABEL_MAP
 # What a finished run's manifest says ("outcome") and the exit code the CLI gives it.
 OUTCOMES = {"ok": 0, "lost_records": 1, "lock_lost": 1, "no_images": 2, "error_rate": 3,
             "empty": 4}
+LABELS_TXT = "labels.txt"   # schemas numbering classes from 0: line i is the name of id i
 
 
 @dataclasses.dataclass
@@ -62,11 +66,14 @@ class ConvertConfig:
   max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
   image_sets: Optional[str] = None        # voc: 'train,val' picks ImageSets/Main lists
   source_fingerprint: Optional[Dict[str, Any]] = None  # set by convert --if-changed
+  schema: Optional[str] = None            # None: classification for image-level sources
+  follow_symlinks: bool = False
 
   def encode_options(self) -> EncodeOptions:
     return EncodeOptions(bbox_policy=self.bbox_policy, max_pixels=self.max_pixels,
                          exif_frame=self.exif_frame, verify_images=self.verify_images,
-                         max_image_bytes=self.max_image_bytes)
+                         max_image_bytes=self.max_image_bytes,
+                         schema=self.schema or schemas.DEFAULT)
 
   def validate(self) -> None:
     if self.format not in FORMATS:
@@ -105,6 +112,8 @@ class ConvertConfig:
       raise ValueError("--image-sets applies to --format voc only")
     if self.image_sets is not None and self.split:
       raise ValueError("give --image-sets or --split, not both")
+    if self.schema is not None:
+      schemas.get(self.schema)
     parse_column_map(self.csv_columns)
 
   def split_fractions(self) -> Optional[Dict[str, float]]:
@@ -137,25 +146,62 @@ def _file_inputs(config: ConvertConfig) -> List[Tuple[Optional[str], str, str]]:
   return result
 
 
+def resolve(config: ConvertConfig) -> ConvertConfig:
+  """A config with --format auto decided (detect.py) and the schema chosen: classification
+  for image-level sources (class folders, classification CSV listings), else od-api.
+  Raises UsageError when the format cannot be decided (preflight.check does the rest)."""
+  if config.format == "auto":
+    from beam_tfrecord import detect
+    found = detect.detect(config.inputs)
+    config = dataclasses.replace(config, format=found.format, inputs=list(found.inputs))
+  if config.schema is None:
+    image_level = config.format == "folders" or (config.format == "csv" and all(
+        csv_source.is_listing(uri, parse_column_map(config.csv_columns))
+        for _, uri, _ in _file_inputs(config)))
+    config = dataclasses.replace(config, schema="classification" if image_level
+                                 else schemas.DEFAULT)
+  return config
+
+
 def read_source(root, config: ConvertConfig) -> Tuple[SourceOutput, List[str]]:
   """The format's source transform, and the split names known before running."""
-  allow = config.allow_absolute_paths
+  allow, follow = config.allow_absolute_paths, config.follow_symlinks
+  first_id = schemas.from_options(config.encode_options()).first_id
   if config.format == "coco":
     inputs = _file_inputs(config)
-    return (root | "ReadCoco" >> ReadCoco(inputs, allow),
+    return (root | "ReadCoco" >> ReadCoco(inputs, allow, follow,
+                                          drop_background=not config.label_map),
             sorted({s for s, _, _ in inputs if s}))
   if config.format == "csv":
     inputs = _file_inputs(config)
-    return (root | "ReadCsv" >> ReadCsv(inputs, parse_column_map(config.csv_columns), allow),
+    return (root | "ReadCsv" >> ReadCsv(inputs, parse_column_map(config.csv_columns), allow,
+                                        follow),
             sorted({s for s, _, _ in inputs if s}))
-  default_root, _ = image_roots(config)
-  if len(config.inputs) != 1:
-    raise ValueError("--format voc takes exactly one --input: the VOC directory")
-  from beam_tfrecord.sources.voc import parse_image_sets
-  voc = ReadVoc(config.inputs[0], default_root, use_image_sets=not config.split,
-                allow_absolute=allow,
-                image_sets=parse_image_sets(config.image_sets) if config.image_sets else None)
-  return root | "ReadVoc" >> voc, sorted(voc.splits)
+  assigned = [paths.parse_assignment(item) for item in config.inputs]
+  if config.format == "yolo":
+    datasets = [yolo.load(uri, split) for split, uri in assigned]
+    source = root | "ReadYolo" >> ReadYolo(datasets, first_id, allow, follow)
+    return source, sorted({s for d in datasets for s, _ in d.splits})
+  if config.format == "folders":
+    reader = ReadFolders(assigned, first_id, allow, follow)
+    return root | "ReadFolders" >> reader, reader.splits
+  default_root, per_split = image_roots(config)
+  if len(assigned) == 1 and not assigned[0][0]:
+    from beam_tfrecord.sources.voc import parse_image_sets
+    voc = ReadVoc(config.inputs[0], default_root, use_image_sets=not config.split,
+                  allow_absolute=allow, follow_symlinks=follow,
+                  image_sets=parse_image_sets(config.image_sets) if config.image_sets else None)
+    return root | "ReadVoc" >> voc, sorted(voc.splits)
+  if not all(split for split, _ in assigned):
+    raise ValueError("--format voc takes one --input (a VOC directory or a folder of XMLs), "
+                     "or one SPLIT=DIR per split")
+  per_folder = [root | f"ReadVoc[{split}]" >> ReadVoc(
+      uri, per_split.get(split, default_root), allow_absolute=allow, follow_symlinks=follow,
+      split=split) for split, uri in assigned]
+  return (SourceOutput(
+      images=tuple(o.images for o in per_folder) | "VocImages" >> beam.Flatten(),
+      errors=tuple(o.errors for o in per_folder) | "VocErrors" >> beam.Flatten()),
+      sorted(split for split, _ in assigned))
 
 
 def _locate(ann: ImageAnnotation):
@@ -220,12 +266,16 @@ def _coco_label_map(pairs: Iterable[Tuple[str, int]]) -> Dict[str, int]:
 class BuildLabelMap(beam.PTransform):
   """Source output -> singleton PCollection[{name: id}].
 
-  A user's label_map.pbtxt wins; else COCO category ids; else sorted names -> 1..N.
+  A user's label_map.pbtxt wins; else the source's ids (COCO category ids, YOLO's class
+  order, class folders); else sorted names (of objects and image-level labels) numbered
+  from `first_id` (1 for the TF OD API, where 0 is background; 0 for classification).
   """
 
-  def __init__(self, source: SourceOutput, user_map: Optional[Mapping[str, int]]):
+  def __init__(self, source: SourceOutput, user_map: Optional[Mapping[str, int]],
+               first_id: int = 1):
     super().__init__()
     self.source, self.user_map = source, user_map
+    self.first_id = first_id
 
   def expand(self, root):
     if self.user_map is not None:
@@ -234,11 +284,12 @@ class BuildLabelMap(beam.PTransform):
       return (self.source.categories
               | "Categories" >> beam.combiners.ToList()
               | "FromCategories" >> beam.Map(_coco_label_map))
+    first_id = self.first_id
     return (self.source.images
-            | "Names" >> beam.FlatMap(lambda a: [o.label for o in a.objects])
+            | "Names" >> beam.FlatMap(lambda a: [o.label for o in a.objects] + list(a.labels))
             | "Distinct" >> beam.Distinct()
             | "AllNames" >> beam.combiners.ToList()
-            | "Number" >> beam.Map(label_maps.from_names))
+            | "Number" >> beam.Map(label_maps.from_names, first_id))
 
 
 def error_rate(examples: int, levels: Mapping[str, int]) -> float:
@@ -316,6 +367,10 @@ class _Finalize(beam.DoFn):
       FileSystems.mkdirs(run_directory)  # nothing was written: no image, no error
     outputs.write_atomic(paths.join(run_directory, LABEL_MAP),
                          label_maps.to_text(label_map).encode())
+    schema = schemas.from_options(self.config.encode_options())
+    if schema.first_id == 0:
+      outputs.write_atomic(paths.join(run_directory, LABELS_TXT),
+                           label_maps.to_lines(label_map).encode())
     splits = _split_entries(stats, beam_files)
     totals = {k: sum(e[k] for e in splits.values())
               for k in ("examples", "objects", "bytes", "clipped_boxes", "reoriented_images")}
@@ -336,13 +391,13 @@ class _Finalize(beam.DoFn):
         "outcome": outcome,
         "run_id": self.run_id,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "schema": od_api.NAME,
+        "schema": schema.name,
         "format": self.config.format,
         "sink": self.config.sink,
         "args": self.argv,
         "source_fingerprint": self.config.source_fingerprint,
         "config": dataclasses.asdict(self.config),
-        "features": {k: {"dtype": d, "kind": kind} for k, (d, kind) in od_api.FEATURE_SPEC.items()},
+        "features": schema.manifest_features(),
         "label_map": dict(sorted(label_map.items(), key=lambda kv: kv[1])),
         "splits": splits,
         "totals": totals,
@@ -367,7 +422,7 @@ def _lost_records(plans: Mapping[str, sharding.SplitPlan], stats: Sequence[Dict]
   """'' when every planned image was written or rejected, else what is missing per split."""
   done: Dict[str, int] = {}
   for s in stats:
-    done[s["split"]] = done.get(s["split"], 0) + s["examples"] + s["rejected"]
+    done[s["split"]] = done.get(s["split"], 0) + s.get("images", s["examples"]) + s["rejected"]
   return ", ".join(f"split {split}: {plan.count} planned, {done.get(split, 0)} written or "
                    f"rejected" for split, plan in sorted(plans.items())
                    if done.get(split, 0) != plan.count)
@@ -382,16 +437,21 @@ def _count_keys(error: ErrorRecord) -> List[str]:
 
 def build(root, config: ConvertConfig, argv: Sequence[str] = (),
           run_id: Optional[str] = None) -> beam.PCollection:
-  """Wire the whole conversion onto `root` (a Pipeline). Returns the manifest PCollection."""
+  """Wire the whole conversion onto `root` (a Pipeline). Returns the manifest PCollection.
+  Raises UsageError for problems found before running (see resolve)."""
   config.validate()
+  config = resolve(config)
   run_id = run_id or uuid.uuid4().hex
   staging = outputs.run_dir(config.output, run_id)
   options = config.encode_options()
-  user_map = label_maps.read(config.label_map) if config.label_map else None
+  schema = schemas.from_options(options)
+  user_map = (label_maps.read(config.label_map, min_id=schema.first_id)
+              if config.label_map else None)
   source, source_splits = read_source(root, config)
   fractions = config.split_fractions()
   images, prepare_errors = source.images | "Prepare" >> PrepareImages(fractions)
-  label_map = beam.pvalue.AsSingleton(root | "LabelMap" >> BuildLabelMap(source, user_map))
+  label_map = beam.pvalue.AsSingleton(
+      root | "LabelMap" >> BuildLabelMap(source, user_map, schema.first_id))
 
   plans = (images
            | "KeyAndSize" >> beam.Map(lambda a: (a.split, (a.key, a.size_bytes or 0)))

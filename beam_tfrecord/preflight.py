@@ -70,9 +70,9 @@ def check_directory(uri: str, what: str) -> None:
     raise UsageError(f"{what} {uri} is a file, not a directory")
 
 
-def check_label_map(uri: str) -> None:
+def check_label_map(uri: str, min_id: int = 1) -> None:
   try:
-    label_maps.read(uri)
+    label_maps.read(uri, min_id)
   except ValueError as e:
     raise UsageError(f"--label-map {uri}: {e}") from None
   except Exception as e:  # missing, unreadable
@@ -82,10 +82,11 @@ def check_label_map(uri: str) -> None:
 
 def check(config) -> None:
   """Every pre-run check for a ConvertConfig (see pipeline.ConvertConfig)."""
+  from beam_tfrecord import schemas
   from beam_tfrecord.pipeline import image_roots
-  from beam_tfrecord.sources import coco, csv, voc
+  from beam_tfrecord.sources import coco, csv, folders, voc, yolo
   if config.label_map:
-    check_label_map(config.label_map)
+    check_label_map(config.label_map, schemas.from_options(config.encode_options()).first_id)
   default_root, per_split = image_roots(config)
   for split, root in sorted(per_split.items()) + ([(None, default_root)] if default_root else []):
     check_directory(root, f"--images {split + '=' if split else ''}".rstrip())
@@ -98,3 +99,11 @@ def check(config) -> None:
       csv.check_input(paths.parse_assignment(item)[1], parse_column_map(config.csv_columns))
   elif config.format == "voc":
     voc.check_input(config.inputs, config.image_sets)
+  elif config.format == "yolo":  # the yaml / obj.data parses and names existing folders
+    for item in config.inputs:
+      split, uri = paths.parse_assignment(item)
+      yolo.load(uri, split)
+  elif config.format == "folders":
+    folders.plan([paths.parse_assignment(item) for item in config.inputs])
+  if config.format == "coco" and not config.label_map:
+    coco.check_background_category([paths.parse_assignment(i)[1] for i in config.inputs])

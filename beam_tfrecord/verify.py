@@ -108,7 +108,9 @@ def check(output: str, repair: bool = False) -> Tuple[int, List[str], List[str]]
       problems.extend(found)
   if outputs.LABEL_MAP in listed and outputs.LABEL_MAP in present:
     try:
-      on_disk = label_maps.read(paths.join(output, outputs.LABEL_MAP))
+      from beam_tfrecord import schemas  # classification numbers classes from 0
+      on_disk = label_maps.read(paths.join(output, outputs.LABEL_MAP),
+                                schemas.first_id_of(manifest.get("schema")))
       if on_disk != manifest.get("label_map"):
         problems.append(f"{outputs.LABEL_MAP}: differs from the manifest's label map")
     except ValueError as e:

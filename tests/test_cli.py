@@ -101,7 +101,7 @@ def test_pipeline_modules_help(module, capsys):
      "sum to 1"),
     (["convert", "--format=coco", "--input=a.json", "--output=o", "--num-shards=2",
       "--shard-size-mb=5"], "not allowed with"),
-    (["convert", "--format=yolo", "--input=a.txt", "--output=o"], "invalid choice"),
+    (["convert", "--format=labelme", "--input=a.json", "--output=o"], "invalid choice"),
     (["convert", "--format=coco", "--input=a.json"], "--output"),
     (["convert", "--format=csv", "--input=a.csv", "--output=o", "--csv-columns=file=path"],
      "column mapping"),

@@ -5,15 +5,17 @@ plus the per-object problems it found. No Beam, no TensorFlow.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 from beam_tfrecord import boxes, protos
 from beam_tfrecord.images import PreparedImage
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
+from beam_tfrecord.schemas import Encoded
 
 NAME = "od_api"
+FIRST_ID = 1      # 0 is background in the TF OD API
+IMAGE_LEVEL = False
 
 # key -> (dtype, kind) where kind is "fixed" (one value per example) or "var" (one per object).
 FEATURE_SPEC: Dict[str, Tuple[str, str]] = {
@@ -39,12 +41,22 @@ FEATURE_SPEC: Dict[str, Tuple[str, str]] = {
 }
 
 
-@dataclasses.dataclass
-class Encoded:
-  serialized: bytes
-  labels: List[str]
-  clipped: int
-  errors: List[ErrorRecord]
+# per-image keys other schemas share (classification)
+IMAGE_KEYS = ("image/encoded", "image/format", "image/height", "image/width", "image/channels",
+              "image/filename", "image/key/sha256")
+
+
+def image_features(ann: ImageAnnotation, image: PreparedImage) -> Dict:
+  """The IMAGE_KEYS features of one image."""
+  return {
+      "image/encoded": _bytes([image.encoded]),
+      "image/format": _bytes([image.info.format.encode()]),
+      "image/height": _ints([image.info.height]),
+      "image/width": _ints([image.info.width]),
+      "image/channels": _ints([image.info.channels]),
+      "image/filename": _bytes([ann.key.encode("utf-8")]),
+      "image/key/sha256": _bytes([hashlib.sha256(image.encoded).hexdigest().encode()]),
+  }
 
 
 def _bytes(values: Sequence[bytes]):
@@ -83,14 +95,8 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
     ids.append(label_map[obj.label])
 
   features = {
-      "image/encoded": _bytes([image.encoded]),
-      "image/format": _bytes([image.info.format.encode()]),
-      "image/height": _ints([height]),
-      "image/width": _ints([width]),
-      "image/channels": _ints([image.info.channels]),
-      "image/filename": _bytes([ann.key.encode("utf-8")]),
+      **image_features(ann, image),
       "image/source_id": _bytes([ann.source_id.encode("utf-8")]),
-      "image/key/sha256": _bytes([hashlib.sha256(image.encoded).hexdigest().encode()]),
       "image/object/bbox/xmin": _floats([n.xmin for n in kept]),
       "image/object/bbox/xmax": _floats([n.xmax for n in kept]),
       "image/object/bbox/ymin": _floats([n.ymin for n in kept]),
@@ -112,6 +118,6 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
         [(n.obj.pose or "Unspecified").encode("utf-8") for n in kept])
 
   example = protos.Example(features=protos.Features(feature=features))
-  return Encoded(serialized=example.SerializeToString(deterministic=True),
+  return Encoded(records=[example.SerializeToString(deterministic=True)],
                  labels=[n.obj.label for n in kept],
                  clipped=sum(n.clipped for n in kept), errors=errors)

@@ -1,4 +1,6 @@
-"""Pascal VOC: one XML per image under Annotations/, optional ImageSets/Main/<split>.txt.
+"""Pascal VOC: one XML per image under Annotations/, optional ImageSets/Main/<split>.txt; or a
+folder of LabelImg XMLs (searched recursively) with the images beside them or under --images
+(the raccoon dataset's layout, and a Roboflow VOC export's split folders).
 
 Fields are found by tag name, never by position; coordinates may be floats; difficult,
 truncated and pose are optional. The image is located by <filename> under the image root;
@@ -14,7 +16,7 @@ import apache_beam as beam
 
 from beam_tfrecord import paths
 from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError, ObjectAnnotation
-from beam_tfrecord.sources import SourceOutput, read_text
+from beam_tfrecord.sources import SourceOutput, exists, is_hidden, list_dir, list_tree, read_text
 
 
 def _text(node, tag: str) -> Optional[str]:
@@ -110,6 +112,21 @@ def split_files(voc_root: str) -> Dict[str, str]:
   return dict(sorted(result.items()))
 
 
+def image_candidates(xml_relative: str, filename: str, beside: bool,
+                     image_dirs: Sequence[str] = ()) -> List[str]:
+  """Names (relative to the image root) an XML's <filename> may be found at, in order: beside
+  the XML, then in the tree's other folders holding images (the image root is the XML
+  folder: raccoon/annotations/ + raccoon/images/ given as raccoon/); or, under a separate
+  image root, mirroring the XML's sub-folder and then directly in it. <path> and <folder> are
+  never used: they name the annotator's machine."""
+  folder = posixpath.dirname(xml_relative)
+  mirrored = posixpath.join(folder, filename) if folder else filename
+  if beside:
+    others = [posixpath.join(d, filename) if d else filename for d in image_dirs]
+    return list(dict.fromkeys([mirrored] + others))
+  return [mirrored, filename] if folder else [filename]
+
+
 def resolve_split(member_of: Iterable[str], scope: Iterable[str]) -> Tuple[Optional[str], str]:
   """(split, '') for an image listed in the image sets `member_of`, considering only the sets
   in `scope`; (None, reason) when it is in none or in several. A union set counts only when
@@ -143,18 +160,28 @@ def split_names(scope: Iterable[str]) -> List[str]:
 
 
 def check_input(inputs: Sequence[str], image_sets: Optional[str] = None) -> None:
-  """Before running: one VOC directory, with Annotations/*.xml and the chosen image sets."""
+  """Before running: one VOC directory, with Annotations/*.xml and the chosen image sets; or
+  a folder of XMLs, or SPLIT=DIR folders (a Roboflow VOC export), whose XMLs and images
+  ReadVoc checks when it is built."""
   from apache_beam.io.filesystems import FileSystems
   from beam_tfrecord.errors import UsageError
   from beam_tfrecord.preflight import check_directory
-  if len(inputs) != 1:
-    raise UsageError(f"--format voc takes exactly one --input, the VOC directory "
-                     f"(e.g. VOCdevkit/VOC2012); got {len(inputs)}")
-  split, root = paths.parse_assignment(inputs[0])
-  if split:
-    raise UsageError(f"--input {inputs[0]}: --format voc takes the VOC directory without "
-                     "SPLIT=; splits come from ImageSets/Main/*.txt, --image-sets or --split")
+  assigned = [paths.parse_assignment(item) for item in inputs]
+  if len(assigned) > 1 and not all(split for split, _ in assigned):
+    raise UsageError(f"--format voc takes one --input (a VOC directory or a folder of XMLs), "
+                     f"or one SPLIT=DIR per split; got {len(inputs)} inputs")
+  if len(assigned) > 1 or assigned[0][0]:
+    if image_sets:
+      raise UsageError("--image-sets applies to a VOC directory without SPLIT= inputs")
+    for _, root in assigned:
+      check_directory(root, "--input")
+    return
+  root = assigned[0][1]
   check_directory(root, "--input")
+  if is_flat(root):  # a folder of XMLs (LabelImg): ReadVoc checks XMLs and images
+    if image_sets:
+      raise UsageError(f"--image-sets: {root} is a folder of XMLs without ImageSets/Main")
+    return
   try:
     found = FileSystems.match([paths.join(paths.glob_escape(root), "Annotations/*.xml")])[0] \
         .metadata_list
@@ -177,16 +204,31 @@ def parse_image_sets(text: str) -> List[str]:
 
 class _ParseXml(beam.DoFn):
 
-  def __init__(self, image_root: str, allow_absolute: bool):
+  def __init__(self, image_root: str, allow_absolute: bool, follow_symlinks: bool = False,
+               flat_root: Optional[str] = None, split: Optional[str] = None,
+               image_dirs: Sequence[str] = ()):
     self.image_root = image_root
-    self.allow_absolute = allow_absolute
+    self.image_dirs = tuple(image_dirs)
+    self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
+    self.flat_root = flat_root    # the XML folder of a flat (LabelImg) layout
+    self.split = split
+
+  def _locate(self, uri: str, filename: str) -> Tuple[str, str]:
+    if self.flat_root is None:
+      return paths.resolve(self.image_root, filename, self.allow_absolute, self.follow_symlinks)
+    rel = uri[len(self.flat_root.rstrip("/\\")) + 1:].replace("\\", "/")
+    names = image_candidates(rel, filename, self.image_root == self.flat_root, self.image_dirs)
+    resolved = [paths.resolve(self.image_root, n, self.allow_absolute, self.follow_symlinks)
+                for n in names]
+    return next((r for r in resolved if exists(r[1])), resolved[0])
 
   def process(self, readable, splits: Dict[str, List[str]], scope: List[str]):
-    uri = readable.metadata.path
+    uri = readable.metadata.path if hasattr(readable, "metadata") else readable
     stem = posixpath.splitext(posixpath.basename(uri.replace("\\", "/")))[0]
     try:
-      filename, width, height, objects = parse_xml(readable.read())
-      key, image_uri = paths.resolve(self.image_root, filename, self.allow_absolute)
+      data = readable.read() if hasattr(readable, "read") else read_text(uri)
+      filename, width, height, objects = parse_xml(data)
+      key, image_uri = self._locate(uri, filename)
     except InputError as e:
       yield beam.pvalue.TaggedOutput("errors", e.record(uri))
       return
@@ -195,7 +237,7 @@ class _ParseXml(beam.DoFn):
           source=uri, stage="parse", reason="unexpected_error",
           message=f"{type(e).__name__}: {e}"))
       return
-    split = None
+    split = self.split
     if scope:
       member_of = splits.get(stem, [])
       split, reason = resolve_split(member_of, scope)
@@ -213,24 +255,80 @@ class _ParseXml(beam.DoFn):
                           objects=tuple(objects), split=split, width=width, height=height)
 
 
-class ReadVoc(beam.PTransform):
-  """A Pascal VOC directory -> SourceOutput.
+def _image_dirs(xml_root: str) -> List[str]:
+  """Folders (relative) of a folder of XMLs that hold images, when no --images is given;
+  UsageError when there are none (the images live elsewhere: --images must say where)."""
+  from beam_tfrecord.errors import UsageError
+  from beam_tfrecord.sources import image_extensions
+  extensions = image_extensions()
+  tree = [rel for rel in list_tree(xml_root) if not is_hidden(rel)]
+  if not any(rel.lower().endswith(".xml") for rel in tree):
+    raise UsageError(f"{xml_root} holds neither Annotations/ nor any .xml file")
+  dirs = sorted({posixpath.dirname(rel) for rel in tree
+                 if posixpath.splitext(rel)[1].lower() in extensions})
+  if not dirs:
+    import os
+    parent = os.path.dirname(os.path.abspath(xml_root)) if not paths.is_remote(xml_root) else ""
+    siblings = [d for d in list_dir(parent)[0] if d.lower() in ("images", "jpegimages", "img")]
+    near = os.path.join(os.path.dirname(xml_root.rstrip("/")) or ".", siblings[0]) \
+        if siblings else ""
+    hint = f" (perhaps --images {near})" if near else ""
+    raise UsageError(f"{xml_root} holds XMLs but no images beside them; give --images DIR, "
+                     f"the folder their <filename> is in{hint}")
+  return dirs
 
-  In: voc_root (holding Annotations/*.xml, optionally ImageSets/Main/*.txt) and image_root
-  (default voc_root/JPEGImages). Out: one ImageAnnotation per XML, split from ImageSets when
-  `use_image_sets` (only `image_sets` when given; unions as resolve_split says; images listed
-  in none or several lists become errors), and ErrorRecords.
+
+def is_flat(voc_root: str) -> bool:
+  """A folder of XMLs rather than a VOC directory (no Annotations/). A missing directory is
+  read as a VOC directory, whose source reports it as before."""
+  subdirs, files = list_dir(voc_root)
+  return bool(subdirs or files) and "Annotations" not in subdirs
+
+
+def detect(path: str) -> Optional[str]:
+  """--format auto: a VOC directory, or a folder holding XMLs."""
+  subdirs, files = list_dir(path)
+  if "Annotations" in subdirs:
+    return "Annotations/"
+  if any(f.lower().endswith(".xml") for f in files):
+    return "XMLs"
+  # one level down only (raccoon_dataset/annotations/): deeper XMLs are more likely a
+  # collection of datasets than one
+  with_xml = [d for d in subdirs if not d.startswith(".") and
+              any(f.lower().endswith(".xml") for f in list_dir(paths.join(path, d))[1])]
+  if with_xml:
+    return f"XMLs in {', '.join(d + '/' for d in with_xml)}"
+  return None
+
+
+class ReadVoc(beam.PTransform):
+  """A Pascal VOC directory, or a folder of VOC XMLs -> SourceOutput.
+
+  In: voc_root (holding Annotations/*.xml, optionally ImageSets/Main/*.txt; or XMLs anywhere
+  below it) and image_root (default voc_root/JPEGImages; for a folder of XMLs, the images
+  lie beside the XMLs unless image_root is given). Out: one ImageAnnotation per XML, split from
+  ImageSets when `use_image_sets` (images listed in none or several lists become errors) or
+  `split`, and ErrorRecords.
   """
 
   def __init__(self, voc_root: str, image_root: Optional[str] = None,
                use_image_sets: bool = True, allow_absolute: bool = False,
-               image_sets: Optional[Sequence[str]] = None):
+               image_sets: Optional[Sequence[str]] = None, follow_symlinks: bool = False,
+               split: Optional[str] = None):
     super().__init__()
     self.voc_root = voc_root
-    self.image_root = image_root or paths.join(voc_root, "JPEGImages")
-    self.allow_absolute = allow_absolute
-    self.lists = split_files(voc_root) if use_image_sets else {}  # membership: every list
-    self.scope = sorted(image_sets or self.lists)  # the lists that make splits
+    self.flat = is_flat(voc_root)
+    self.image_root = image_root or (voc_root if self.flat else
+                                     paths.join(voc_root, "JPEGImages"))
+    self.image_dirs: List[str] = []
+    if self.flat and not image_root:
+      self.image_dirs = _image_dirs(voc_root)
+    self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
+    self.split = split
+    # Membership comes from every list; `scope` is the lists that make splits.
+    self.lists = (split_files(voc_root) if use_image_sets and not self.flat and not split
+                  else {})
+    self.scope = sorted(image_sets or self.lists)
     self.splits = split_names(self.scope) if self.lists else []
 
   def expand(self, root):
@@ -242,10 +340,21 @@ class ReadVoc(beam.PTransform):
                                parse_image_set(read_text(kv[1]).decode("utf-8"))])
                | "GroupSplits" >> beam.GroupByKey()
                | "SortSplits" >> beam.MapTuple(lambda stem, s: (stem, sorted(set(s)))))
-    parsed = (root
+    parse = _ParseXml(self.image_root, self.allow_absolute, self.follow_symlinks,
+                      self.voc_root if self.flat else None, self.split, self.image_dirs)
+    if self.flat:
+      voc_root = self.voc_root
+      xmls = (root
+              | "Root" >> beam.Create([voc_root])
+              | "ListXml" >> beam.FlatMap(lambda r: [
+                  paths.join(r, rel) for rel in list_tree(r)
+                  if rel.lower().endswith(".xml") and not is_hidden(rel)])
+              | "Spread" >> beam.Reshuffle())
+    else:
+      xmls = (root
               | "MatchXml" >> fileio.MatchFiles(paths.join(self.voc_root, "Annotations/*.xml"))
-              | "ReadXml" >> fileio.ReadMatches()
-              | "Parse" >> beam.ParDo(_ParseXml(self.image_root, self.allow_absolute),
-                                      beam.pvalue.AsDict(members), self.scope)
-              .with_outputs("errors", main="images"))
+              | "ReadXml" >> fileio.ReadMatches())
+    parsed = xmls | "Parse" >> beam.ParDo(parse, beam.pvalue.AsDict(members),
+                                          self.scope).with_outputs(
+                                              "errors", main="images")
     return SourceOutput(images=parsed.images, errors=parsed.errors)
