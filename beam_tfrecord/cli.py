@@ -1,4 +1,4 @@
-"""`beam-tfrecord convert | demo | inspect | verify`.
+"""`beam-tfrecord convert | demo | inspect | show | verify`.
 
 Options this tool does not know are handed to Beam as pipeline options (--runner,
 --direct_num_workers, --direct_running_mode, --project, --region, ...).
@@ -122,8 +122,22 @@ def make_parser() -> argparse.ArgumentParser:
   demo.add_argument("--format", choices=FORMATS, default="coco",
                     help="which of the sample's annotation formats to convert (default coco)")
   demo.add_argument("--images", type=int, default=24, help="sample images to make (default 24)")
-  inspect = sub.add_parser("inspect", help="print the summary of a finished output directory")
+  inspect = sub.add_parser("inspect", help="status, summary and statistics of an output "
+                           "directory (one pass over its records)")
   inspect.add_argument("output", metavar="DIR")
+  inspect.add_argument("--json", action="store_true", help="print one JSON document instead")
+  inspect.add_argument("--plot", metavar="PNG", help="also draw the class histogram and the "
+                       "box-size distribution (needs matplotlib: pip install beam-tfrecord[plots])")
+  show = sub.add_parser("show", help="draw a grid of examples read from the records",
+                        description="Draw a grid of examples read back from the TFRecords: "
+                        "boxes with class names, masks, classification captions.")
+  show.add_argument("output", metavar="DIR")
+  show.add_argument("--split", help="which split (default: train, else the first)")
+  show.add_argument("-n", type=int, default=16, help="examples to draw (default 16)")
+  show.add_argument("--seed", type=int, default=0, help="which examples: a random choice made "
+                    "with this seed (default 0)")
+  show.add_argument("--output", dest="picture", required=True, metavar="PNG",
+                    help="where to write the picture")
   verify = sub.add_parser("verify", help="read every shard back with TensorFlow and check it "
                           "against manifest.json")
   verify.add_argument("output", metavar="DIR")
@@ -237,6 +251,21 @@ def _demo(args, beam_args: Sequence[str]) -> int:
   return code
 
 
+def _show(args) -> int:
+  from beam_tfrecord import show
+  if args.n < 1:
+    print("beam-tfrecord: -n must be at least 1", file=sys.stderr)
+    return 2
+  try:
+    picture = show.show(args.output, split=args.split, n=args.n, seed=args.seed)
+  except (KeyError, ValueError) as e:
+    print(f"beam-tfrecord: {e.args[0] if e.args else e}", file=sys.stderr)
+    return 2
+  picture.save(args.picture)
+  print(f"{args.picture}: {len(picture.info['tiles'])} examples of {args.output}")
+  return 0
+
+
 def _unchanged(config: ConvertConfig) -> bool:
   """--if-changed: True (skip) when the sources match the output's last successful run; else
   record the fingerprint in config (for manifest.json) and let the run replace that output."""
@@ -279,8 +308,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return _demo(args, beam_args)
   from beam_tfrecord import output as outputs
   if args.command == "inspect":
-    print(outputs.summary(outputs.read_manifest(args.output), args.output))
-    return 0
+    from beam_tfrecord import stats
+    return stats.inspect_command(args.output, as_json=args.json, plot=args.plot)
+  if args.command == "show":
+    return _show(args)
   return outputs.verify(args.output)
 
 
