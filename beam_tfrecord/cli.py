@@ -309,7 +309,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   from beam_tfrecord import output as outputs
   if args.command == "inspect":
     from beam_tfrecord import stats
-    return stats.inspect_command(args.output, as_json=args.json, plot=args.plot)
+    return stats.inspect_command(args.output, as_json=args.json, plot_path=args.plot)
   if args.command == "show":
     return _show(args)
   return outputs.verify(args.output)
