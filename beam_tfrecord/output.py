@@ -4,13 +4,13 @@ from __future__ import annotations
 import json
 from typing import Dict, List, Optional
 
-from beam_tfrecord import paths
+from beam_tfrecord import card, paths
 from beam_tfrecord.pipeline import LABEL_MAP, MANIFEST
 
 # Everything a run writes; --overwrite removes exactly these (manifest first, so that an
 # interrupted overwrite never leaves a manifest describing missing shards). The last two are
 # directories: our staging and Beam's temporaries (WriteToText / WriteToTFRecord).
-OWN_FILES = (MANIFEST, "*.tfrecord", LABEL_MAP, "errors-*.jsonl")
+OWN_FILES = (MANIFEST, "*.tfrecord", LABEL_MAP, "errors-*.jsonl", card.NAME)
 OWN_DIRS = (".tmp-*", "beam-temp-*")
 OWN_PATTERNS = OWN_FILES + OWN_DIRS
 

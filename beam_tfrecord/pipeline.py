@@ -13,7 +13,7 @@ from apache_beam.metrics import Metrics
 
 import beam_tfrecord
 from beam_tfrecord import label_map as label_maps
-from beam_tfrecord import paths, sharding
+from beam_tfrecord import card, paths, sharding
 from beam_tfrecord.boxes import BBOX_POLICIES
 from beam_tfrecord.encode import EncodeOptions
 from beam_tfrecord.images import DEFAULT_MAX_PIXELS
@@ -312,6 +312,7 @@ class _Finalize(beam.DoFn):
                    "by_reason": reasons,
                    "files": sorted(posixpath.basename(f.replace("\\", "/")) for f in error_files)},
     }
+    _write_atomic(paths.join(output, card.NAME), card.render(manifest).encode("utf-8"))
     _write_atomic(paths.join(output, MANIFEST),
                   json.dumps(manifest, indent=2, ensure_ascii=False).encode("utf-8"))
     yield manifest

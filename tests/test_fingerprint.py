@@ -166,7 +166,7 @@ def test_own_files_are_recognised(tmp_path):
   assert fingerprint.holds_only_own_files(str(out))  # missing
   out.mkdir()
   for name in ("manifest.json", "train-00000-of-00001.tfrecord", "label_map.pbtxt",
-               "errors-00000-of-00001.jsonl"):
+               "errors-00000-of-00001.jsonl", "README.md"):
     (out / name).write_text("")
   (out / ".tmp-run-abc").mkdir()
   (out / ".tmp-run-abc" / "train-00000-of-00001.tfrecord").write_text("")
