@@ -13,7 +13,7 @@ from apache_beam.metrics import Metrics
 
 import beam_tfrecord
 from beam_tfrecord import label_map as label_maps
-from beam_tfrecord import card, paths, sharding
+from beam_tfrecord import card, paths, progress, sharding
 from beam_tfrecord.boxes import BBOX_POLICIES
 from beam_tfrecord.encode import EncodeOptions
 from beam_tfrecord.images import DEFAULT_MAX_PIXELS
@@ -192,6 +192,29 @@ class PrepareImages(beam.PTransform):
     return unique.images, errors
 
 
+class PlanShards(beam.PTransform):
+  """PCollection[ImageAnnotation] (split and size set) -> PCollection[(split, SplitPlan)].
+
+  Also records each split's planned image count in the staging directory, once, for the
+  progress line (progress.py); upstream of every write, so it never outlives the run.
+  """
+
+  def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float], staging: str):
+    super().__init__()
+    self.num_shards, self.shard_size_mb, self.staging = num_shards, shard_size_mb, staging
+
+  def expand(self, images):
+    def plan(split: str, items) -> Tuple[str, sharding.SplitPlan]:
+      result = sharding.plan_split(split, list(items), self.num_shards, self.shard_size_mb)
+      progress.record_planned(self.staging, split, result.count)
+      return split, result
+
+    return (images
+            | "KeyAndSize" >> beam.Map(lambda a: (a.split, (a.key, a.size_bytes or 0)))
+            | "GroupBySplit" >> beam.GroupByKey()
+            | "Plan" >> beam.MapTuple(plan))
+
+
 def _coco_label_map(pairs: Iterable[Tuple[str, int]]) -> Dict[str, int]:
   """COCO keeps its category ids; a name with two ids keeps the smallest."""
   result: Dict[str, int] = {}
@@ -361,11 +384,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   images, prepare_errors = source.images | "Prepare" >> PrepareImages(fractions)
   label_map = beam.pvalue.AsSingleton(root | "LabelMap" >> BuildLabelMap(source, user_map))
 
-  plans = (images
-           | "KeyAndSize" >> beam.Map(lambda a: (a.split, (a.key, a.size_bytes or 0)))
-           | "GroupBySplit" >> beam.GroupByKey()
-           | "Plan" >> beam.MapTuple(lambda split, items: (split, sharding.plan_split(
-               split, list(items), config.num_shards, config.shard_size_mb))))
+  plans = images | "Plan" >> PlanShards(config.num_shards, config.shard_size_mb, staging)
   plans_side = beam.pvalue.AsDict(plans)
 
   if config.sink == "shards":
