@@ -33,8 +33,8 @@ def frames(output: str, manifest: Mapping) -> Tuple[pd.DataFrame, pd.DataFrame]:
   records, boxes = [], []
   for split in manifest["splits"]:
     for uri, _ in views.shard_paths(output, manifest, split):
-      for serialized in views.read_records(uri):
-        entry = views.item(views.parse(serialized), view, names)
+      for i, serialized in enumerate(views.read_records(uri)):
+        entry = views.item(views.parse(serialized), view, names, f"{uri}#{i}")
         width, height = entry.size()
         records.append((split, entry.group, width, height, len(entry.boxes), entry.caption))
         boxes.extend((split, entry.group, label, x1 - x0, y1 - y0)

@@ -183,15 +183,17 @@ def _text(value) -> str:
   return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def item(features: Mapping[str, list], view: View, names: Mapping[int, str]) -> Item:
-  """The Item of one parsed record (see parse) read through a View."""
+def item(features: Mapping[str, list], view: View, names: Mapping[int, str],
+         record_id: str = "") -> Item:
+  """The Item of one parsed record (see parse) read through a View. Its image is the record's
+  group id, else its file name, else record_id (a schema with neither: one image a record)."""
   get = lambda key: features.get(key, []) if key else []  # noqa: E731
   ids = [int(i) for i in get(view.class_id)]
   texts = [_text(t) for t in get(view.class_text)]
   labels = texts if texts else [names.get(i, str(i)) for i in ids]
   name = _text(_first(get(view.filename), ""))
   result = Item(image=_first(get(view.image), b""), name=name,
-                group=_text(_first(get(view.group), name)),
+                group=_text(_first(get(view.group), name or record_id)),
                 width=_first(get(view.width)), height=_first(get(view.height)),
                 depth=_first(get(view.depth)), masks=list(get(view.mask)))
   if view.classification:
