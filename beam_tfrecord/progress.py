@@ -133,7 +133,7 @@ def describe(done: int, total: Optional[int], elapsed: float, writing: float) ->
 class Progress:
   """Context manager: `with Progress(staging): result.wait_until_finish()`."""
 
-  def __init__(self, staging: str, interval: float = 1.0, log_every: float = 30.0):
+  def __init__(self, staging: str, interval: float = 0.5, log_every: float = 30.0):
     self.staging, self.interval, self.log_every = staging, interval, log_every
     self._stop = threading.Event()
     self._thread: Optional[threading.Thread] = None
@@ -146,6 +146,8 @@ class Progress:
       return (f"converting: {_finished_shards(self.staging)} shards written, "
               f"{_duration(now - self.start)}")
     done, total, planned_at = snapshot(self.staging)
+    if total is None and self.last[1] is not None:  # staging removed: the finalize step runs
+      return f"converting: {self.last[1]:,} images done, finishing, {_duration(now - self.start)}"
     self.last = (max(done, self.last[0]), total if total is not None else self.last[1])
     writing = time.time() - planned_at if planned_at is not None else 0.0
     return describe(done, total, now - self.start, writing)

@@ -553,6 +553,9 @@ def test_progress_reaches_the_total(tmp_path, beam_args):
   assert f"{len(ds.images)} / {len(ds.images)} images (100%)" in line and "ETA" not in line
   watcher = progress.Progress(staging)
   assert "9 / 9 images" in watcher._text() and watcher.last == (9, 9)
+  import shutil
+  shutil.rmtree(staging)  # what finalize does: the line must not fall back to "planning"
+  assert "9 images done, finishing" in watcher._text()
 
 
 def test_progress_line_before_and_during_the_run():
