@@ -113,8 +113,9 @@ def make_parser() -> argparse.ArgumentParser:
   _add_convert_options(convert)
   demo = sub.add_parser("demo", help="make a small sample dataset and convert it",
                         description="Generate a small sample dataset of real JPEG/PNG images "
-                        "with COCO, VOC and CSV annotations, convert it on the DirectRunner and "
-                        "verify the output.", epilog=EPILOG,
+                        "with COCO, VOC and CSV annotations, convert it on the DirectRunner, "
+                        "verify the output and draw DIR/show.png from its records.",
+                        epilog=EPILOG,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
   demo.add_argument("--output", default="demo-output", metavar="DIR",
                     help="where to write the sample data (DIR/data) and the TFRecords "
@@ -248,6 +249,13 @@ def _demo(args, beam_args: Sequence[str]) -> int:
   if code == 0:
     from beam_tfrecord import output as outputs
     code = outputs.verify(config.output)
+  if code == 0:
+    from beam_tfrecord import show
+    picture = os.path.join(args.output, "show.png")
+    grid = show.show(config.output, n=12)
+    grid.save(picture)
+    print(f"{picture}: {len(grid.info['tiles'])} examples drawn from the train records; "
+          f"dataset card: {os.path.join(config.output, 'README.md')}")
   return code
 
 

@@ -23,6 +23,7 @@ CAPTION = 18         # text line under each tile
 LINE = 3             # box outline width in pixels
 MASK_ALPHA = 0.45    # mask overlay opacity
 BACKGROUND = (24, 24, 24)
+HALO = (0, 0, 0)
 # Evenly spread, saturated hues: neighbouring class ids get distant colours.
 PALETTE: Tuple[Tuple[int, int, int], ...] = tuple(
     tuple(round(c * 255) for c in colorsys.hsv_to_rgb(((i * 7) % 20) / 20, 0.85, 1.0))
@@ -85,8 +86,11 @@ def render(items: Sequence[views.Item], label_map: Mapping[str, int], tile: int 
   rows = max(1, math.ceil(len(items) / columns))
   font, small = _font(13), _font(11)
   head = 24 if title else 0
-  grid = Image.new("RGB", (PAD + columns * (tile + PAD),
-                           head + PAD + rows * (tile + CAPTION + PAD)), BACKGROUND)
+  width = PAD + columns * (tile + PAD)
+  if title:  # never cut the title off a narrow grid
+    width = max(width, 2 * PAD + round(ImageDraw.Draw(Image.new("RGB", (1, 1)))
+                                        .textlength(title, font=font)))
+  grid = Image.new("RGB", (width, head + PAD + rows * (tile + CAPTION + PAD)), BACKGROUND)
   draw = ImageDraw.Draw(grid)
   if title:
     draw.text((PAD, 5), title, fill=(235, 235, 235), font=font)
@@ -106,18 +110,29 @@ def render(items: Sequence[views.Item], label_map: Mapping[str, int], tile: int 
     boxes = list(zip(entry.boxes, entry.labels))
     if entry.caption is not None:  # classification: the whole image is the labelled region
       boxes = [((0, 0, picture.width / scale, picture.height / scale), entry.caption)]
+    labels = []  # drawn after every outline, so that no outline crosses a class name
     for (x0, y0, x1, y1), label in boxes:
       color = box_color(label, label_map)
       corners = [x + round(x0 * scale), y + round(y0 * scale),
                  x + max(round(x0 * scale), round(x1 * scale) - 1),
                  y + max(round(y0 * scale), round(y1 * scale) - 1)]
+      # a dark 1-pixel halo keeps the outline visible on a background of its own colour
+      draw.rectangle([corners[0] - 1, corners[1] - 1, corners[2] + 1, corners[3] + 1],
+                     outline=HALO, width=1)
       draw.rectangle(corners, outline=color, width=LINE)
       if entry.caption is None and label:
-        _label(draw, (corners[0], corners[1]), label, color, small, bounds)
-    caption = entry.name or entry.group
-    if entry.caption is not None:
-      caption = f"{entry.caption}  {caption}"
-    _fit_text(draw, (cx, cy + tile + 2), caption, tile, font)
+        labels.append(((corners[0], corners[1]), label, color))
+    for xy, label, color in labels:
+      _label(draw, xy, label, color, small, bounds)
+    caption_x = cx
+    if entry.caption is not None:  # the class on a patch of its colour, then the file name
+      color = box_color(entry.caption, label_map)
+      text_width = round(draw.textlength(entry.caption, font=font))
+      draw.rectangle([cx, cy + tile + 2, cx + text_width + 5, cy + tile + CAPTION - 1],
+                     fill=color)
+      draw.text((cx + 3, cy + tile + 2), entry.caption, fill=_text_color(color), font=font)
+      caption_x += text_width + 10
+    _fit_text(draw, (caption_x, cy + tile + 2), entry.name, tile - (caption_x - cx), font)
     placed.append({"name": entry.name or entry.group, "x": x, "y": y, "scale": scale})
   grid.info["tiles"] = placed
   return grid

@@ -248,14 +248,15 @@ def test_show_draws_boxes_where_the_records_put_them(tmp_path, schema):
 
 
 def _picture_size(grid: Image.Image, tile: Dict) -> Tuple[int, int]:
-  """Width and height of the pasted picture: the run of non-background pixels from its
-  origin (the picture is gray, the grid's background dark)."""
+  """Width and height of the pasted picture: the run of pixels from its origin that are
+  neither the grid's background nor the outline's dark halo around the picture."""
   x, y = tile["x"], tile["y"]
+  outside = (show.BACKGROUND, show.HALO)
   w = 0
-  while x + w < grid.width and grid.getpixel((x + w, y + show.LINE + 1)) != show.BACKGROUND:
+  while x + w < grid.width and grid.getpixel((x + w, y + show.LINE + 1)) not in outside:
     w += 1
   h = 0
-  while y + h < grid.height and grid.getpixel((x + show.LINE + 1, y + h)) != show.BACKGROUND:
+  while y + h < grid.height and grid.getpixel((x + show.LINE + 1, y + h)) not in outside:
     h += 1
   return w, h
 
