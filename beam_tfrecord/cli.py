@@ -269,6 +269,10 @@ def _show(args) -> int:
   except (KeyError, ValueError) as e:
     print(f"beam-tfrecord: {e.args[0] if e.args else e}", file=sys.stderr)
     return 2
+  except OSError as e:  # no manifest.json: not a finished output
+    print(f"beam-tfrecord: {args.output} has no readable manifest.json ({e}); is it a "
+          "finished beam-tfrecord output?", file=sys.stderr)
+    return 2
   picture.save(args.picture)
   print(f"{args.picture}: {len(picture.info['tiles'])} examples of {args.output}")
   return 0

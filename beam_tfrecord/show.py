@@ -15,7 +15,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from PIL import Image, ImageDraw, ImageFont
 
-from beam_tfrecord import views
+from beam_tfrecord import card, views
 
 TILE = 256           # each image is scaled to fit TILE x TILE
 PAD = 6              # between tiles
@@ -185,19 +185,12 @@ def sample(output: str, manifest: Mapping, split: str, n: int, seed: int) -> Lis
   return [views.item(views.parse(r), view, names) for r in records]
 
 
-def default_split(manifest: Mapping) -> str:
-  splits = list(manifest["splits"])
-  if not splits:
-    raise ValueError("the output has no splits")
-  return "train" if "train" in splits else splits[0]
-
-
 def show(output: str, split: Optional[str] = None, n: int = 16, seed: int = 0,
          tile: int = TILE) -> Image.Image:
   """A PIL image of n examples of one split (default: train, else the first split)."""
   from beam_tfrecord import output as outputs
   manifest = outputs.read_manifest(output)
-  split = split or default_split(manifest)
+  split = split or card.default_split(manifest)
   items = sample(output, manifest, split, n, seed)
   total = manifest["splits"][split].get("examples")
   title = (f"{output.rstrip('/').rsplit('/', 1)[-1]} · {split} · {len(items)} of "

@@ -184,7 +184,12 @@ def inspect_command(output: str, as_json: bool = False, plot_path: Optional[str]
       print("beam-tfrecord: --plot needs matplotlib, an optional extra: "
             "pip install 'beam-tfrecord[plots]'", file=sys.stderr)
       return errors.EXIT_USAGE
-  manifest = outputs.read_manifest(output)
+  try:
+    manifest = outputs.read_manifest(output)
+  except OSError as e:
+    print(f"beam-tfrecord: {output} has no readable manifest.json ({e}); is it a finished "
+          "beam-tfrecord output?", file=sys.stderr)
+    return errors.EXIT_USAGE
   records, objects = frames(output, manifest)
   stats = compute(manifest, records, objects)
   stats["output"] = output

@@ -338,6 +338,10 @@ def test_show_cli_on_a_converted_dataset(tmp_path, capsys):
   # a split the output lacks, and n < 1: one line, exit 2
   assert cli.main(["show", str(out), "--split", "test", "--output", str(picture)]) == 2
   assert "split 'test' not in" in capsys.readouterr().err
+  for command in (["show", str(tmp_path / "nothing"), "--output", str(picture)],
+                  ["inspect", str(tmp_path / "nothing")]):
+    assert cli.main(command) == 2
+    assert "has no readable manifest.json" in capsys.readouterr().err
 
 
 def test_show_without_shard_counts_samples_in_one_pass(shared, dataset):
