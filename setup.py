@@ -31,6 +31,7 @@ setup(
         "rich>=13",             # progress line on terminals
     ],
     extras_require={
+        "plots": ["matplotlib>=3.7"],  # beam-tfrecord inspect --plot
         "dev": ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6",
                 "gcp-storage-emulator>=2026.7"],  # tests/test_gcs.py: gs:// offline
     },

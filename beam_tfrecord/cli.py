@@ -1,4 +1,4 @@
-"""`beam-tfrecord convert | demo | inspect | verify`.
+"""`beam-tfrecord convert | demo | inspect | show | verify`.
 
 Options this tool does not know are handed to Beam as pipeline options (--runner,
 --direct_num_workers, --direct_running_mode, --project, --region, ...).
@@ -159,8 +159,9 @@ def make_parser() -> argparse.ArgumentParser:
   _add_convert_options(convert)
   demo = sub.add_parser("demo", help="make a small sample dataset and convert it",
                         description="Generate a small sample dataset of real JPEG/PNG images "
-                        "with COCO, VOC and CSV annotations, convert it on the DirectRunner and "
-                        "verify the output.", epilog=EPILOG,
+                        "with COCO, VOC and CSV annotations, convert it on the DirectRunner, "
+                        "verify the output and draw DIR/show.png from its records.",
+                        epilog=EPILOG,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
   demo.add_argument("--output", default="demo-output", metavar="DIR",
                     help="where to write the sample data (DIR/data) and the TFRecords "
@@ -168,8 +169,22 @@ def make_parser() -> argparse.ArgumentParser:
   demo.add_argument("--format", choices=DEMO_FORMATS, default="coco",
                     help="which of the sample's annotation formats to convert (default coco)")
   demo.add_argument("--images", type=int, default=24, help="sample images to make (default 24)")
-  inspect = sub.add_parser("inspect", help="print the summary of a finished output directory")
+  inspect = sub.add_parser("inspect", help="status, summary and statistics of an output "
+                           "directory (one pass over its records)")
   inspect.add_argument("output", metavar="DIR")
+  inspect.add_argument("--json", action="store_true", help="print one JSON document instead")
+  inspect.add_argument("--plot", metavar="PNG", help="also draw the class histogram and the "
+                       "box-size distribution (needs matplotlib: pip install beam-tfrecord[plots])")
+  show = sub.add_parser("show", help="draw a grid of examples read from the records",
+                        description="Draw a grid of examples read back from the TFRecords: "
+                        "boxes with class names, masks, classification captions.")
+  show.add_argument("output", metavar="DIR")
+  show.add_argument("--split", help="which split (default: train, else the first)")
+  show.add_argument("-n", type=int, default=16, help="examples to draw (default 16)")
+  show.add_argument("--seed", type=int, default=0, help="which examples: a random choice made "
+                    "with this seed (default 0)")
+  show.add_argument("--output", dest="picture", required=True, metavar="PNG",
+                    help="where to write the picture")
   verify = sub.add_parser("verify", help="check an output against its manifest.json: status, "
                           "every shard's size, CRCs and record count, every record parsed "
                           "with TensorFlow, no stray shard, the label map")
@@ -462,7 +477,33 @@ def _demo(args, beam_args: Sequence[str]) -> int:
   if code == 0:
     from beam_tfrecord import verify
     code = verify.run(config.output)
+  if code == 0:
+    from beam_tfrecord import show
+    picture = os.path.join(args.output, "show.png")
+    grid = show.show(config.output, n=12)
+    grid.save(picture)
+    print(f"{picture}: {len(grid.info['tiles'])} examples drawn from the train records; "
+          f"dataset card: {os.path.join(config.output, 'README.md')}")
   return code
+
+
+def _show(args) -> int:
+  from beam_tfrecord import show
+  if args.n < 1:
+    print("beam-tfrecord: -n must be at least 1", file=sys.stderr)
+    return 2
+  try:
+    picture = show.show(args.output, split=args.split, n=args.n, seed=args.seed)
+  except (KeyError, ValueError) as e:
+    print(f"beam-tfrecord: {e.args[0] if e.args else e}", file=sys.stderr)
+    return 2
+  except OSError as e:  # no manifest.json: not a finished output
+    print(f"beam-tfrecord: {args.output} has no readable manifest.json ({e}); is it a "
+          "finished beam-tfrecord output?", file=sys.stderr)
+    return 2
+  picture.save(args.picture)
+  print(f"{args.picture}: {len(picture.info['tiles'])} examples of {args.output}")
+  return 0
 
 
 def _unchanged(config: ConvertConfig) -> bool:
@@ -530,10 +571,10 @@ def _main(argv: Optional[Sequence[str]]) -> int:
   from beam_tfrecord import output as outputs
   from beam_tfrecord import verify
   if args.command == "inspect":
-    manifest = outputs.read_manifest(args.output)
-    print(f"status: {manifest.get('status')}")
-    print(outputs.summary(manifest, args.output))
-    return EXIT_OK if manifest.get("status") == "ok" else EXIT_FAILED
+    from beam_tfrecord import stats
+    return stats.inspect_command(args.output, as_json=args.json, plot_path=args.plot)
+  if args.command == "show":
+    return _show(args)
   return verify.run(args.output, repair=args.repair)
 
 

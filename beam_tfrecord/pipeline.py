@@ -13,9 +13,10 @@ from apache_beam.metrics import Metrics
 
 import beam_tfrecord
 from beam_tfrecord import label_map as label_maps
+from beam_tfrecord import card
 from beam_tfrecord import lock as locks
 from beam_tfrecord import output as outputs
-from beam_tfrecord import paths, schemas, sharding
+from beam_tfrecord import paths, progress, schemas, sharding
 from beam_tfrecord.boxes import BBOX_POLICIES
 from beam_tfrecord.encode import EncodeOptions
 from beam_tfrecord.images import DEFAULT_MAX_PIXELS
@@ -255,6 +256,29 @@ class PrepareImages(beam.PTransform):
     return unique.images, errors
 
 
+class PlanShards(beam.PTransform):
+  """PCollection[ImageAnnotation] (split and size set) -> PCollection[(split, SplitPlan)].
+
+  Also records each split's planned image count in the staging directory, once, for the
+  progress line (progress.py); upstream of every write, so it never outlives the run.
+  """
+
+  def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float], staging: str):
+    super().__init__()
+    self.num_shards, self.shard_size_mb, self.staging = num_shards, shard_size_mb, staging
+
+  def expand(self, images):
+    def plan(split: str, items) -> Tuple[str, sharding.SplitPlan]:
+      result = sharding.plan_split(split, list(items), self.num_shards, self.shard_size_mb)
+      progress.record_planned(self.staging, split, result.count)
+      return split, result
+
+    return (images
+            | "KeyAndSize" >> beam.Map(lambda a: (a.split, (a.key, a.size_bytes or 0)))
+            | "GroupBySplit" >> beam.GroupByKey()
+            | "Plan" >> beam.MapTuple(plan))
+
+
 def _coco_label_map(pairs: Iterable[Tuple[str, int]]) -> Dict[str, int]:
   """COCO keeps its category ids; a name with two ids keeps the smallest."""
   result: Dict[str, int] = {}
@@ -383,7 +407,7 @@ class _Finalize(beam.DoFn):
       outcome, status = "lock_lost", ("failed: another run took over the output lock "
                                       "(--break-lock) while this one ran")
     files = sorted({n for n in outputs.entries(run_directory) if not n.startswith(".")
-                    and not n.startswith("beam-temp")} | {MANIFEST})
+                    and not n.startswith("beam-temp")} | {card.NAME, MANIFEST})
     manifest = {
         "tool": "beam-tfrecord",
         "version": beam_tfrecord.__version__,
@@ -406,6 +430,8 @@ class _Finalize(beam.DoFn):
                    "files": sorted(posixpath.basename(f.replace("\\", "/")) for f in error_files)},
         "files": files,
     }
+    outputs.write_atomic(paths.join(run_directory, card.NAME),
+                         card.render(manifest).encode("utf-8"))
     outputs.write_atomic(paths.join(run_directory, MANIFEST),
                          json.dumps(manifest, indent=2, ensure_ascii=False).encode("utf-8"))
     outputs._fault("finalize")
@@ -453,11 +479,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   label_map = beam.pvalue.AsSingleton(
       root | "LabelMap" >> BuildLabelMap(source, user_map, schema.first_id))
 
-  plans = (images
-           | "KeyAndSize" >> beam.Map(lambda a: (a.split, (a.key, a.size_bytes or 0)))
-           | "GroupBySplit" >> beam.GroupByKey()
-           | "Plan" >> beam.MapTuple(lambda split, items: (split, sharding.plan_split(
-               split, list(items), config.num_shards, config.shard_size_mb))))
+  plans = images | "Plan" >> PlanShards(config.num_shards, config.shard_size_mb, staging)
   plans_side = beam.pvalue.AsDict(plans)
 
   if config.sink == "shards":

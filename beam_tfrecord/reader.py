@@ -44,3 +44,10 @@ def load(output: str, split: str = "train", dense: bool = True):
 
   files = shard_files(output, split, manifest)
   return tf.data.TFRecordDataset(files).map(parse)
+
+
+def show(output: str, split: Optional[str] = None, n: int = 16, seed: int = 0):
+  """A PIL image of n examples of one split drawn from the records (boxes with class names,
+  masks, classification captions); it displays inline in a notebook. See show.py."""
+  from beam_tfrecord import show as shows
+  return shows.show(output, split=split, n=n, seed=seed)

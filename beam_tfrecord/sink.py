@@ -16,7 +16,7 @@ import apache_beam as beam
 from apache_beam.io.tfrecordio import _TFRecordUtil  # TFRecord framing with CRC32C
 from apache_beam.metrics import Metrics
 
-from beam_tfrecord import paths, sharding
+from beam_tfrecord import paths, progress, sharding
 from beam_tfrecord.encode import Converted, EncodeOptions, convert
 from beam_tfrecord.model import ImageAnnotation
 from beam_tfrecord.output import _fault
@@ -74,9 +74,11 @@ class _WriteShard(beam.DoFn):
     partial = paths.join(self.staging, f".part-{uuid.uuid4().hex}-{name}")
     stats = new_stats(split, shard, name)
     errors = []
+    done = progress.ShardCounter(self.staging, name)
     with FileSystems.create(partial) as f:
       for ann in sorted(anns, key=lambda a: (a.key, a.uri)):
         result = convert(ann, label_map, self.options)
+        done.tick()
         errors.extend(result.errors)
         if result.records is None:
           self.rejected.inc()
@@ -87,6 +89,7 @@ class _WriteShard(beam.DoFn):
         self.images.inc()
         add_example(stats, result)
     FileSystems.rename([partial], [final])
+    done.close()
     _fault("write")
     stats["bytes"] = paths.size_of(final)
     stats["classes"] = dict(sorted(stats["classes"].items()))

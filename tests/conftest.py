@@ -499,7 +499,7 @@ def check_manifest(out: Output, ds: Dataset, fmt: str, label_ids: Dict[str, int]
     assert all(f.stat().st_size == 0 for f in out.path.glob("errors-*.jsonl"))
   # nothing but the documented files: no staging directory, temp file or stray shard
   names = {f.name for f in out.path.iterdir()}
-  documented = ({"manifest.json", "label_map.pbtxt"} | set(m["errors"]["files"]) |
+  documented = ({"manifest.json", "label_map.pbtxt", "README.md"} | set(m["errors"]["files"]) |
                 {f.name for fs in out.shard_files.values() for f in fs})
   assert names == documented, sorted(names ^ documented)
 

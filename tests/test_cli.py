@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from beam_tfrecord import cli
 
@@ -33,7 +34,7 @@ def test_top_level_help(capsys):
     cli.main(["--help"])
   assert e.value.code == 0
   out = capsys.readouterr().out
-  for word in ("convert", "demo", "inspect", "verify", "--version"):
+  for word in ("convert", "demo", "inspect", "show", "verify", "--version"):
     assert word in out, word
 
 
@@ -245,6 +246,9 @@ def test_demo_output_is_valid(readme_demo):
   assert f"verify: {len(images)} examples parsed with TensorFlow: OK" in stdout
   output = read_output(out)
   assert sorted(output.by_filename()) == sorted(p.name for p in images)
+  with Image.open(cwd / "demo-output" / "show.png") as picture:  # drawn from the records
+    assert picture.format == "PNG" and picture.size[0] > 4 * 256
+  assert (out / "README.md").read_text(encoding="utf-8").startswith("# tfrecords: dataset card")
 
 
 @pytest.mark.parametrize("fmt,runs", [("voc", 1), ("csv", 2)])

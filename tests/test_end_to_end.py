@@ -12,7 +12,7 @@ from typing import Dict
 
 import pytest
 
-from beam_tfrecord import sharding
+from beam_tfrecord import card, sharding
 
 from conftest import (BASE_FEATURES, VOC_FEATURES, Output, check_all_images, check_manifest,
                       check_record, expected_for, read_output, record_counts, Record,
@@ -251,8 +251,11 @@ def test_two_runs_give_byte_identical_output(four_shards):
   files_a = sorted(f.name for f in a.path.iterdir())
   assert files_a == sorted(f.name for f in b.path.iterdir())
   for name in files_a:
-    if name != "manifest.json":
+    if name not in ("manifest.json", "README.md"):
       assert (a.path / name).read_bytes() == (b.path / name).read_bytes(), name
+  # the card, like the manifest, says when, where and how: it is its manifest's rendering
+  for out in (a, b):
+    assert (out.path / "README.md").read_text(encoding="utf-8") == card.render(out.manifest)
 
   def stable(m):
     config = {k: v for k, v in m["config"].items() if k != "output"}

@@ -20,7 +20,7 @@ pytest.importorskip("gcp_storage_emulator")
 
 from apache_beam.io.filesystems import FileSystems  # noqa: E402
 
-from beam_tfrecord import cli, sample  # noqa: E402
+from beam_tfrecord import card, cli, sample  # noqa: E402
 
 BUCKET = "tfr-emulated"
 RUNNER = "--runner=FnApiRunner"
@@ -127,6 +127,8 @@ def test_gs_to_gs_equals_local(emulator, tmp_path, capsys):
   for name in want:
     if name == "manifest.json":
       assert _normalized_manifest(got[name], gs_data) == _normalized_manifest(want[name], local)
+    elif name == "README.md":  # when, where and how differ; the card renders its manifest
+      assert got[name].decode() == card.render(json.loads(got["manifest.json"])), name
     elif name.startswith("errors-"):
       assert got[name].decode().replace(gs_data, "ROOT") == \
           want[name].decode().replace(local, "ROOT"), name
