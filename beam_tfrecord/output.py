@@ -40,7 +40,7 @@ def run_dir(output: str, run_id: str) -> str:
   return paths.join(output, f"{RUN_PREFIX}{run_id}")
 
 
-def _fault(point: str) -> None:
+def kill_point(point: str) -> None:
   """Fault injection for the kill tests: BEAM_TFRECORD_KILL_AT=<point> kills the process
   (SIGKILL, no cleanup) when it reaches that point."""
   if os.environ.get("BEAM_TFRECORD_KILL_AT") == point:
@@ -229,7 +229,7 @@ def commit(output: str, run_directory: str, manifest: Dict,
   journal = {"run_id": manifest["run_id"], "run_dir": _basename(run_directory),
              "files": files_of(manifest), "old_files": old}
   write_atomic(paths.join(output, JOURNAL), json.dumps(journal, indent=1).encode())
-  _fault("swap-journal")
+  kill_point("swap-journal")
   _roll_forward(output, journal)
 
 
@@ -240,10 +240,10 @@ def _roll_forward(output: str, journal: Dict) -> None:
   new_files = [f for f in journal["files"] if f != MANIFEST]
   if FileSystems.exists(paths.join(run_directory, MANIFEST)):
     _delete_files([paths.join(output, MANIFEST)])
-    _fault("swap-old-manifest")
+    kill_point("swap-old-manifest")
     _delete_files(paths.join(output, f) for f in journal["old_files"]
                   if f not in journal["files"])
-    _fault("swap-old-files")
+    kill_point("swap-old-files")
     for i, name in enumerate(new_files):
       src = paths.join(run_directory, name)
       if FileSystems.exists(src):
@@ -252,9 +252,9 @@ def _roll_forward(output: str, journal: Dict) -> None:
           os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
         FileSystems.rename([src], [dst])
       if i == 0:
-        _fault("swap-move")
+        kill_point("swap-move")
     FileSystems.rename([paths.join(run_directory, MANIFEST)], [paths.join(output, MANIFEST)])
-    _fault("swap-manifest")
+    kill_point("swap-manifest")
   _delete_tree(run_directory)
   _delete_files([paths.join(output, JOURNAL)])
 

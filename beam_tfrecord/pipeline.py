@@ -206,7 +206,7 @@ def read_source(root, config: ConvertConfig) -> Tuple[SourceOutput, List[str]]:
 
 
 def _locate(ann: ImageAnnotation):
-  outputs._fault("parse")
+  outputs.kill_point("parse")
   try:
     yield ann.replace(size_bytes=paths.file_size(ann.uri))
   except InputError as e:
@@ -434,7 +434,7 @@ class _Finalize(beam.DoFn):
                          card.render(manifest).encode("utf-8"))
     outputs.write_atomic(paths.join(run_directory, MANIFEST),
                          json.dumps(manifest, indent=2, ensure_ascii=False).encode("utf-8"))
-    outputs._fault("finalize")
+    outputs.kill_point("finalize")
     if outcome == "ok":
       protected = [n for n in (outputs.name_inside(p, self.config.output)
                                for p in input_paths(self.config)) if n]

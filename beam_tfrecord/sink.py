@@ -19,7 +19,7 @@ from apache_beam.metrics import Metrics
 from beam_tfrecord import paths, progress, sharding
 from beam_tfrecord.encode import Converted, EncodeOptions, convert
 from beam_tfrecord.model import ImageAnnotation
-from beam_tfrecord.output import _fault
+from beam_tfrecord.output import kill_point
 from beam_tfrecord.sharding import SplitPlan
 
 # images: images written (a schema may write several records, `examples`, per image, or none);
@@ -90,7 +90,7 @@ class _WriteShard(beam.DoFn):
         add_example(stats, result)
     FileSystems.rename([partial], [final])
     done.close()
-    _fault("write")
+    kill_point("write")
     stats["bytes"] = paths.size_of(final)
     stats["classes"] = dict(sorted(stats["classes"].items()))
     yield stats
