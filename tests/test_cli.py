@@ -84,7 +84,8 @@ def test_console_script_entry_point():
     assert result.returncode == 0 and "--num-shards" in result.stdout
 
 
-@pytest.mark.parametrize("module", ["coco_to_tfrecord", "voc_to_tfrecord", "csv_to_tfrecord"])
+@pytest.mark.parametrize("module", ["coco_to_tfrecord", "voc_to_tfrecord", "csv_to_tfrecord",
+                                    "yolo_to_tfrecord", "folders_to_tfrecord"])
 def test_pipeline_modules_help(module, capsys):
   mod = importlib.import_module(f"pipelines.{module}")
   with pytest.raises(SystemExit) as e:
@@ -144,6 +145,28 @@ def test_voc_and_csv_pipeline_modules(fmt, small_dataset, tmp_path):
   output = read_output(out)
   check_all_images(output, small_dataset, fmt, small_dataset.sorted_name_ids())
   assert output.manifest["format"] == fmt
+
+
+def test_yolo_and_folders_pipeline_modules(small_dataset, tmp_path):
+  """The entry points the Airflow DAG runs for --format yolo and folders fix the format."""
+  import layouts
+  from beam_tfrecord.reader import load
+  yolo = importlib.import_module("pipelines.yolo_to_tfrecord")
+  yaml_path = layouts.write_ultralytics(small_dataset.images, small_dataset.image_dir,
+                                        tmp_path / "yolo")
+  assert yolo.run(["--input", str(yaml_path), f"--output={tmp_path / 'y'}",
+                   "--runner=FnApiRunner"]) == 0
+  folders = importlib.import_module("pipelines.folders_to_tfrecord")
+  root = layouts.write_class_folders(small_dataset.images, small_dataset.image_dir,
+                                     tmp_path / "folders")
+  assert folders.run(["--input", str(root), f"--output={tmp_path / 'f'}",
+                      "--runner=FnApiRunner"]) == 0
+  for out, fmt in ((tmp_path / "y", "yolo"), (tmp_path / "f", "folders")):
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["format"] == fmt and manifest["status"] == "ok"
+    assert manifest["totals"]["examples"] == len(small_dataset.images)
+    assert sum(sum(1 for _ in load(str(out), split=split))
+               for split in manifest["splits"]) == len(small_dataset.images)
 
 
 def test_unknown_options_reach_beam(small_dataset, tmp_path):

@@ -38,7 +38,8 @@ PROJECT = os.environ.get("GCP_PROJECT")  # None: the project of the google_cloud
 SERVICE_ACCOUNT = os.environ.get("BEAM_TFRECORD_SERVICE_ACCOUNT")  # None: Compute Engine default
 
 COMMON_PARAMS = {
-    "format": Param("coco", enum=["coco", "voc", "csv"], description="annotation format"),
+    "format": Param("coco", enum=["coco", "voc", "csv", "yolo", "folders"],
+                    description="annotation format (pipelines/FORMAT_to_tfrecord.py)"),
     "input": Param(["train=/data/coco/annotations/instances_train2017.json"], type="array",
                    description="annotation sources, [SPLIT=]PATH each (--input)"),
     "images": Param([], type="array", description="image roots, [SPLIT=]DIR each (--images)"),

@@ -1,0 +1,13 @@
+"""YOLO labels (Ultralytics data.yaml, Darknet obj.data) to sharded TFRecords: `python -m pipelines.yolo_to_tfrecord --input data.yaml --output ...`."""
+import sys
+
+from beam_tfrecord.cli import main
+
+
+def run(argv=None) -> int:
+  argv = list(sys.argv[1:] if argv is None else argv)
+  return main(["convert", "--format", "yolo", *argv])
+
+
+if __name__ == "__main__":
+  sys.exit(run())
