@@ -28,6 +28,8 @@ setup(
         "defusedxml>=0.7",      # VOC XML without entity expansion
         "protobuf>=4.21",
         "rich>=13",             # progress line on terminals
+        "pycocotools>=2.0.7",   # --include-masks: COCO polygon/RLE rasterization (the reference)
+        "numpy>=1.24",
     ],
     extras_require={
         "dev": ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6",

@@ -90,6 +90,10 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   parser.add_argument("--verify-images", action="store_true",
                       help="fully decode every JPEG/PNG to reject corrupt ones (slower); by "
                       "default only the header and the end marker are checked")
+  parser.add_argument("--include-masks", action="store_true",
+                      help="coco: rasterize each object's segmentation (polygons or RLE, crowd "
+                      "regions included) into image/object/mask, one PNG of 0/1 at the image's "
+                      "size per object, as the official converter's --include_masks does")
   parser.add_argument("--overwrite", action="store_true",
                       help="write into a non-empty output directory, removing the files of an "
                       "earlier run first")
@@ -213,7 +217,8 @@ def _config(args: argparse.Namespace) -> ConvertConfig:
       shard_size_mb=args.shard_size_mb, sink=args.sink, csv_columns=args.csv_columns,
       bbox_policy=args.bbox_policy, allow_absolute_paths=args.allow_absolute_paths,
       overwrite=args.overwrite, max_error_rate=0.0 if args.strict else args.max_error_rate,
-      max_pixels=args.max_pixels, exif_frame=args.exif_frame, verify_images=args.verify_images)
+      max_pixels=args.max_pixels, exif_frame=args.exif_frame, verify_images=args.verify_images,
+      include_masks=args.include_masks)
 
 
 def _demo(args, beam_args: Sequence[str]) -> int:

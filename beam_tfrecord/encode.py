@@ -5,9 +5,9 @@ Shared by both sinks. Pure apart from reading the file through Beam's FileSystem
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Mapping, Optional
+from typing import List, Mapping, Optional, Tuple
 
-from beam_tfrecord import images, orientation
+from beam_tfrecord import images, masks, orientation
 from beam_tfrecord.paths import is_remote
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.schemas import od_api
@@ -19,6 +19,7 @@ class EncodeOptions:
   max_pixels: int = images.DEFAULT_MAX_PIXELS
   exif_frame: str = "auto"                  # orientation.EXIF_FRAMES
   verify_images: bool = False               # fully decode JPEG/PNG, not just check structure
+  include_masks: bool = False               # rasterize segmentations into image/object/mask
 
 
 @dataclasses.dataclass
@@ -48,8 +49,10 @@ def read_bytes(uri: str) -> bytes:
 
 
 def _in_displayed_frame(ann: ImageAnnotation, prepared: images.PreparedImage,
-                        options: EncodeOptions, errors: List[ErrorRecord]) -> ImageAnnotation:
-  """Put the boxes in the frame of the written image; report a size that disagrees."""
+                        options: EncodeOptions, errors: List[ErrorRecord]
+                        ) -> Tuple[ImageAnnotation, str]:
+  """Put the boxes in the frame of the written image; report a size that disagrees.
+  Returns the annotation and the frame its coordinates were given in."""
   src = prepared.source
   frame = orientation.boxes_frame(src.orientation, (src.width, src.height),
                                   (ann.width, ann.height), options.exif_frame)
@@ -62,10 +65,34 @@ def _in_displayed_frame(ann: ImageAnnotation, prepared: images.PreparedImage,
         message=f"annotation says {ann.width}x{ann.height}, image header says "
         f"{expected[0]}x{expected[1]}; the header is used"))
   if frame == "displayed" or src.orientation == 1:
-    return ann
+    return ann, frame
   objects = tuple(dataclasses.replace(o, box=orientation.to_displayed(
       o.box, src.orientation, src.width, src.height)) for o in ann.objects)
-  return ann.replace(objects=objects)
+  return ann.replace(objects=objects), frame
+
+
+def _with_masks(ann: ImageAnnotation, prepared: images.PreparedImage, frame: str,
+                errors: List[ErrorRecord]) -> ImageAnnotation:
+  """Rasterize each object's segmentation in the frame its coordinates are in, then move the
+  mask as the image was moved (upright, resized). An unreadable segmentation drops its object
+  (an object-level error), so masks and boxes stay aligned."""
+  src = prepared.source
+  if frame == "stored":
+    size, turn = (src.width, src.height), src.orientation
+  else:
+    size, turn = orientation.displayed_size(src.orientation, src.width, src.height), 1
+  final = (prepared.info.width, prepared.info.height)
+  objects = []
+  for obj in ann.objects:
+    try:
+      mask = masks.transform(masks.from_json(obj.segmentation, *size), turn, final)
+    except InputError as e:
+      errors.append(ErrorRecord(
+          source=ann.source, stage=e.stage, reason=e.reason, key=ann.key, level="object",
+          message=f"{obj.label!r} (annotation id {obj.id}): {e.message}"))
+      continue
+    objects.append(dataclasses.replace(obj, segmentation=None, mask=masks.encode_png(mask)))
+  return ann.replace(objects=tuple(objects))
 
 
 def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
@@ -74,8 +101,10 @@ def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
   errors: List[ErrorRecord] = []
   try:
     prepared = images.prepare(read_bytes(ann.uri), options.max_pixels, options.verify_images)
-    ann = _in_displayed_frame(ann, prepared, options, errors)
-    encoded = od_api.encode(ann, prepared, label_map, options.bbox_policy)
+    ann, frame = _in_displayed_frame(ann, prepared, options, errors)
+    if options.include_masks:
+      ann = _with_masks(ann, prepared, frame, errors)
+    encoded = od_api.encode(ann, prepared, label_map, options.bbox_policy, options.include_masks)
   except InputError as e:
     return Converted(None, [], 0, False, errors + [e.record(ann.source, ann.key)])
   except Exception as e:  # a bug or an unforeseen input: report it, never kill the job

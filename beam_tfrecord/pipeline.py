@@ -28,6 +28,7 @@ from beam_tfrecord.sources.voc import ReadVoc
 
 FORMATS = ("coco", "voc", "csv")
 SINKS = ("shards", "beam")
+MASK_FORMATS = ("coco",)  # formats whose annotations carry segmentations
 DEFAULT_SPLIT = "train"
 MANIFEST = "manifest.json"
 STAGING_PREFIX = ".tmp-run-"
@@ -54,11 +55,13 @@ class ConvertConfig:
   max_pixels: int = DEFAULT_MAX_PIXELS
   exif_frame: str = "auto"
   verify_images: bool = False
+  include_masks: bool = False
   source_fingerprint: Optional[Dict[str, Any]] = None  # set by convert --if-changed
 
   def encode_options(self) -> EncodeOptions:
     return EncodeOptions(bbox_policy=self.bbox_policy, max_pixels=self.max_pixels,
-                         exif_frame=self.exif_frame, verify_images=self.verify_images)
+                         exif_frame=self.exif_frame, verify_images=self.verify_images,
+                         include_masks=self.include_masks)
 
   def validate(self) -> None:
     if self.format not in FORMATS:
@@ -92,6 +95,9 @@ class ConvertConfig:
     if self.max_pixels < 1:
       raise ValueError("--max-pixels must be positive")
     parse_column_map(self.csv_columns)
+    if self.include_masks and self.format not in MASK_FORMATS:
+      raise ValueError(f"--include-masks needs segmentations: format {self.format} has none "
+                       f"(use one of {', '.join(MASK_FORMATS)})")
 
   def split_fractions(self) -> Optional[Dict[str, float]]:
     return sharding.parse_split_fractions(self.split) if self.split else None
@@ -128,7 +134,7 @@ def read_source(root, config: ConvertConfig) -> Tuple[SourceOutput, List[str]]:
   allow = config.allow_absolute_paths
   if config.format == "coco":
     inputs = _file_inputs(config)
-    return (root | "ReadCoco" >> ReadCoco(inputs, allow),
+    return (root | "ReadCoco" >> ReadCoco(inputs, allow, config.include_masks),
             sorted({s for s, _, _ in inputs if s}))
   if config.format == "csv":
     inputs = _file_inputs(config)
@@ -304,7 +310,8 @@ class _Finalize(beam.DoFn):
         "args": self.argv,
         "source_fingerprint": self.config.source_fingerprint,
         "config": dataclasses.asdict(self.config),
-        "features": {k: {"dtype": d, "kind": kind} for k, (d, kind) in od_api.FEATURE_SPEC.items()},
+        "features": {k: {"dtype": d, "kind": kind}
+                     for k, (d, kind) in od_api.feature_spec(self.config.include_masks).items()},
         "label_map": dict(sorted(label_map.items(), key=lambda kv: kv[1])),
         "splits": splits,
         "totals": totals,

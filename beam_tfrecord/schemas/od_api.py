@@ -37,6 +37,13 @@ FEATURE_SPEC: Dict[str, Tuple[str, str]] = {
     "image/object/truncated": ("int64", "var"),
     "image/object/view": ("string", "var"),
 }
+# --include-masks: one PNG (0/1, image size) per object, as the official converter writes it.
+MASK_FEATURE = "image/object/mask"
+
+
+def feature_spec(include_masks: bool = False) -> Dict[str, Tuple[str, str]]:
+  """The keys this schema may write (recorded in manifest.json)."""
+  return {**FEATURE_SPEC, MASK_FEATURE: ("string", "var")} if include_masks else dict(FEATURE_SPEC)
 
 
 @dataclasses.dataclass
@@ -60,10 +67,10 @@ def _ints(values: Sequence[int]):
 
 
 def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, int],
-           bbox_policy: str = "clip") -> Encoded:
+           bbox_policy: str = "clip", include_masks: bool = False) -> Encoded:
   """Build the Example. Objects that fail validation or lack a label id are left out of the
   Example and reported as errors; with bbox_policy='error' a box partly outside the image
-  fails the whole image instead."""
+  fails the whole image instead. With include_masks every object carries its PNG `mask`."""
   width, height = image.info.width, image.info.height
   errors: List[ErrorRecord] = []
   kept: List[boxes.NormalizedObject] = []
@@ -110,6 +117,9 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
   if any(n.obj.pose is not None for n in kept):
     features["image/object/view"] = _bytes(
         [(n.obj.pose or "Unspecified").encode("utf-8") for n in kept])
+
+  if include_masks:
+    features[MASK_FEATURE] = _bytes([n.obj.mask for n in kept])
 
   example = protos.Example(features=protos.Features(feature=features))
   return Encoded(serialized=example.SerializeToString(deterministic=True),
