@@ -14,7 +14,7 @@ import uuid
 from typing import Optional, Sequence
 
 from beam_tfrecord import __version__, sharding
-from beam_tfrecord.images import DEFAULT_MAX_PIXELS
+from beam_tfrecord.images import DEFAULT_JPEG_QUALITY, DEFAULT_MAX_PIXELS, IMAGE_FORMATS
 from beam_tfrecord.orientation import EXIF_FRAMES
 from beam_tfrecord.pipeline import FORMATS, SINKS, ConvertConfig
 from beam_tfrecord.progress import Progress
@@ -94,6 +94,20 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       help="coco: rasterize each object's segmentation (polygons or RLE, crowd "
                       "regions included) into image/object/mask, one PNG of 0/1 at the image's "
                       "size per object, as the official converter's --include_masks does")
+  size = parser.add_mutually_exclusive_group()
+  size.add_argument("--max-side", type=int, metavar="N",
+                    help="scale images down (aspect ratio kept) so that the longest side is at "
+                    "most N pixels; smaller images are left as they are")
+  size.add_argument("--resize", metavar="WxH",
+                    help="stretch every image to W x H pixels (like Roboflow's resize). Boxes "
+                    "stay correct: normalized ones are unchanged, pixel values are scaled")
+  parser.add_argument("--image-format", choices=IMAGE_FORMATS, default="keep",
+                      help="keep (default: JPEG/PNG as they are, other formats as PNG), jpeg or "
+                      "png. Images already in the format and within the size limits are "
+                      "copied byte for byte")
+  parser.add_argument("--jpeg-quality", type=int, default=DEFAULT_JPEG_QUALITY, metavar="Q",
+                      help=f"quality of JPEGs this tool encodes (1-100, default "
+                      f"{DEFAULT_JPEG_QUALITY}); copied JPEGs keep theirs")
   parser.add_argument("--overwrite", action="store_true",
                       help="write into a non-empty output directory, removing the files of an "
                       "earlier run first")
@@ -218,7 +232,8 @@ def _config(args: argparse.Namespace) -> ConvertConfig:
       bbox_policy=args.bbox_policy, allow_absolute_paths=args.allow_absolute_paths,
       overwrite=args.overwrite, max_error_rate=0.0 if args.strict else args.max_error_rate,
       max_pixels=args.max_pixels, exif_frame=args.exif_frame, verify_images=args.verify_images,
-      include_masks=args.include_masks)
+      include_masks=args.include_masks, max_side=args.max_side, resize=args.resize,
+      image_format=args.image_format, jpeg_quality=args.jpeg_quality)
 
 
 def _demo(args, beam_args: Sequence[str]) -> int:

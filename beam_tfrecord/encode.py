@@ -9,7 +9,7 @@ from typing import List, Mapping, Optional, Tuple
 
 from beam_tfrecord import images, masks, orientation
 from beam_tfrecord.paths import is_remote
-from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
+from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.schemas import od_api
 
 
@@ -20,6 +20,7 @@ class EncodeOptions:
   exif_frame: str = "auto"                  # orientation.EXIF_FRAMES
   verify_images: bool = False               # fully decode JPEG/PNG, not just check structure
   include_masks: bool = False               # rasterize segmentations into image/object/mask
+  preprocess: images.Preprocess = images.Preprocess()  # resize / re-encode at conversion time
 
 
 @dataclasses.dataclass
@@ -56,8 +57,8 @@ def _in_displayed_frame(ann: ImageAnnotation, prepared: images.PreparedImage,
   src = prepared.source
   frame = orientation.boxes_frame(src.orientation, (src.width, src.height),
                                   (ann.width, ann.height), options.exif_frame)
-  expected = (src.width, src.height) if frame == "stored" else (
-      prepared.info.width, prepared.info.height)
+  expected = (src.width, src.height) if frame == "stored" else orientation.displayed_size(
+      src.orientation, src.width, src.height)
   if ((ann.width is not None and ann.width != expected[0]) or
       (ann.height is not None and ann.height != expected[1])):
     errors.append(ErrorRecord(
@@ -69,6 +70,19 @@ def _in_displayed_frame(ann: ImageAnnotation, prepared: images.PreparedImage,
   objects = tuple(dataclasses.replace(o, box=orientation.to_displayed(
       o.box, src.orientation, src.width, src.height)) for o in ann.objects)
   return ann.replace(objects=objects), frame
+
+
+def _scaled(ann: ImageAnnotation, prepared: images.PreparedImage) -> ImageAnnotation:
+  """Boxes and areas of the upright source image -> pixels of the written (resized) image.
+  Normalized boxes are unchanged by this; `area` (pixels) scales by sx * sy."""
+  src = prepared.source
+  shown = orientation.displayed_size(src.orientation, src.width, src.height)
+  sx, sy = prepared.info.width / shown[0], prepared.info.height / shown[1]
+  if (sx, sy) == (1.0, 1.0):
+    return ann
+  return ann.replace(objects=tuple(dataclasses.replace(
+      o, box=Box(o.box.xmin * sx, o.box.ymin * sy, o.box.xmax * sx, o.box.ymax * sy),
+      area=None if o.area is None else o.area * sx * sy) for o in ann.objects))
 
 
 def _with_masks(ann: ImageAnnotation, prepared: images.PreparedImage, frame: str,
@@ -100,10 +114,12 @@ def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
   """Never raises for bad input: every problem becomes an ErrorRecord."""
   errors: List[ErrorRecord] = []
   try:
-    prepared = images.prepare(read_bytes(ann.uri), options.max_pixels, options.verify_images)
+    prepared = images.prepare(read_bytes(ann.uri), options.max_pixels, options.verify_images,
+                              options.preprocess)
     ann, frame = _in_displayed_frame(ann, prepared, options, errors)
     if options.include_masks:
       ann = _with_masks(ann, prepared, frame, errors)
+    ann = _scaled(ann, prepared)
     encoded = od_api.encode(ann, prepared, label_map, options.bbox_policy, options.include_masks)
   except InputError as e:
     return Converted(None, [], 0, False, errors + [e.record(ann.source, ann.key)])

@@ -13,6 +13,7 @@ from apache_beam.metrics import Metrics
 
 import beam_tfrecord
 from beam_tfrecord import label_map as label_maps
+from beam_tfrecord import images as imaging
 from beam_tfrecord import paths, sharding
 from beam_tfrecord.boxes import BBOX_POLICIES
 from beam_tfrecord.encode import EncodeOptions
@@ -56,12 +57,19 @@ class ConvertConfig:
   exif_frame: str = "auto"
   verify_images: bool = False
   include_masks: bool = False
+  max_side: Optional[int] = None          # preprocessing (images.Preprocess)
+  resize: Optional[str] = None            # 'WxH'
+  image_format: str = "keep"
+  jpeg_quality: int = imaging.DEFAULT_JPEG_QUALITY
   source_fingerprint: Optional[Dict[str, Any]] = None  # set by convert --if-changed
 
   def encode_options(self) -> EncodeOptions:
     return EncodeOptions(bbox_policy=self.bbox_policy, max_pixels=self.max_pixels,
                          exif_frame=self.exif_frame, verify_images=self.verify_images,
-                         include_masks=self.include_masks)
+                         include_masks=self.include_masks, preprocess=imaging.Preprocess(
+                             max_side=self.max_side,
+                             resize=imaging.parse_size(self.resize) if self.resize else None,
+                             image_format=self.image_format, jpeg_quality=self.jpeg_quality))
 
   def validate(self) -> None:
     if self.format not in FORMATS:
@@ -95,6 +103,16 @@ class ConvertConfig:
     if self.max_pixels < 1:
       raise ValueError("--max-pixels must be positive")
     parse_column_map(self.csv_columns)
+    if self.max_side is not None and self.resize:
+      raise ValueError("give --max-side or --resize, not both")
+    if self.max_side is not None and self.max_side < 1:
+      raise ValueError("--max-side must be at least 1")
+    if self.resize:
+      imaging.parse_size(self.resize)
+    if self.image_format not in imaging.IMAGE_FORMATS:
+      raise ValueError(f"--image-format must be one of {', '.join(imaging.IMAGE_FORMATS)}")
+    if not 1 <= self.jpeg_quality <= 100:
+      raise ValueError("--jpeg-quality must be within 1..100")
     if self.include_masks and self.format not in MASK_FORMATS:
       raise ValueError(f"--include-masks needs segmentations: format {self.format} has none "
                        f"(use one of {', '.join(MASK_FORMATS)})")

@@ -179,6 +179,27 @@ def test_masks_equal_pycocotools_ann_to_mask(mask_run):
     assert d["area"] == pytest.approx([coco.anns[a]["area"] for a in ann_ids])
 
 
+def test_masks_are_resized_with_the_image(tmp_path):
+  """--max-side: each mask is annToMask at the source size, resized (nearest) to the image."""
+  from pycocotools.coco import COCO
+  annotations = make_coco(tmp_path / "data")
+  output = str(tmp_path / "out")
+  run = bad_data.convert(["--format=coco", f"--input={annotations}",
+                          f"--images={annotations.parent / 'images'}", "--output", output,
+                          "--include-masks", "--max-side=32"])
+  assert run.code == 0
+  coco = COCO(str(annotations))
+  decoded = {d["source_id"]: d for d in map(decode_like_official, _shard_records(output))}
+  for image_id, ann_ids in {1: [101, 102], 2: [103, 104]}.items():
+    d = decoded[str(image_id)]
+    assert d["image"].shape[:2] == (24, 32) == (d["height"], d["width"])
+    assert d["masks"].shape == (len(ann_ids), 24, 32)
+    for mask, ann_id in zip(d["masks"], ann_ids):
+      expected = np.asarray(Image.fromarray(coco.annToMask(coco.anns[ann_id])).resize(
+          (32, 24), Image.Resampling.NEAREST))
+      np.testing.assert_array_equal(mask.astype(np.uint8), expected)
+
+
 def test_mask_pngs_use_the_official_encoding(mask_run):
   """8-bit grayscale PNG holding 0 and 1 (not 0/255, not 1-bit), image-sized."""
   _, run = mask_run
