@@ -14,6 +14,7 @@ import uuid
 from typing import Optional, Sequence
 
 from beam_tfrecord import __version__, sharding
+from beam_tfrecord.errors import UsageError
 from beam_tfrecord.images import DEFAULT_JPEG_QUALITY, DEFAULT_MAX_PIXELS, IMAGE_FORMATS
 from beam_tfrecord.orientation import EXIF_FRAMES
 from beam_tfrecord.pipeline import FORMATS, SINKS, ConvertConfig
@@ -59,6 +60,16 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   shards.add_argument("--shard-size-mb", type=float, metavar="MB",
                       help=f"target shard size; shards per split = ceil(image bytes / MB). "
                       f"Default {sharding.DEFAULT_SHARD_SIZE_MB:g}")
+  shards.add_argument("--records-per-shard", type=int, metavar="N",
+                      help="fill shards in key order with at most N records each (records, not "
+                      "images: per-object schemas write several per image, never split "
+                      "across shards)")
+  parser.add_argument("--shard-name-template", metavar="TEMPLATE",
+                      default=sharding.DEFAULT_SHARD_NAME_TEMPLATE,
+                      help="shard file names, a Python format string with {split}, {index} "
+                      "(0-based), {num_shards} and {count} (records in the file). Default "
+                      f"{sharding.DEFAULT_SHARD_NAME_TEMPLATE.replace('%', '%%')!r}. Two "
+                      "shards of the same name are an error before anything is written")
   parser.add_argument("--sink", choices=SINKS, default="shards",
                       help="shards (default): our writer, flat memory and deterministic "
                       "output; beam: Beam's WriteToTFRecord, for runners with a cheap shuffle")
@@ -233,7 +244,8 @@ def _config(args: argparse.Namespace) -> ConvertConfig:
       overwrite=args.overwrite, max_error_rate=0.0 if args.strict else args.max_error_rate,
       max_pixels=args.max_pixels, exif_frame=args.exif_frame, verify_images=args.verify_images,
       include_masks=args.include_masks, max_side=args.max_side, resize=args.resize,
-      image_format=args.image_format, jpeg_quality=args.jpeg_quality)
+      image_format=args.image_format, jpeg_quality=args.jpeg_quality,
+      records_per_shard=args.records_per_shard, shard_name_template=args.shard_name_template)
 
 
 def _demo(args, beam_args: Sequence[str]) -> int:
@@ -290,7 +302,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     config = _config(args)
     try:
       config.validate()
-    except ValueError as e:
+    except (ValueError, UsageError) as e:
       parser.error(str(e))
     if args.if_changed and _unchanged(config):
       return 0

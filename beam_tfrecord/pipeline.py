@@ -61,6 +61,8 @@ class ConvertConfig:
   resize: Optional[str] = None            # 'WxH'
   image_format: str = "keep"
   jpeg_quality: int = imaging.DEFAULT_JPEG_QUALITY
+  records_per_shard: Optional[int] = None
+  shard_name_template: str = sharding.DEFAULT_SHARD_NAME_TEMPLATE
   source_fingerprint: Optional[Dict[str, Any]] = None  # set by convert --if-changed
 
   def encode_options(self) -> EncodeOptions:
@@ -88,6 +90,16 @@ class ConvertConfig:
       raise ValueError("give --num-shards or --shard-size-mb, not both")
     if self.shard_size_mb is not None and self.shard_size_mb <= 0:
       raise ValueError("--shard-size-mb must be positive")
+    if self.records_per_shard is not None and (
+        self.records_per_shard < 1 or self.num_shards or self.shard_size_mb):
+      raise ValueError("--records-per-shard must be at least 1, without --num-shards or "
+                       "--shard-size-mb")
+    if self.sink == "beam" and (self.records_per_shard or self.shard_name_template !=
+                                sharding.DEFAULT_SHARD_NAME_TEMPLATE):
+      raise ValueError("--records-per-shard and --shard-name-template need --sink shards "
+                       "(Beam's WriteToTFRecord names and fills its shards itself)")
+    if self.shard_name_template != sharding.DEFAULT_SHARD_NAME_TEMPLATE:
+      sharding.check_template(self.shard_name_template, possible_splits(self), self.num_shards)
     if self.split:
       sharding.parse_split_fractions(self.split)
     for item in list(self.inputs) + list(self.images):
@@ -145,6 +157,19 @@ def _file_inputs(config: ConvertConfig) -> List[Tuple[Optional[str], str, str]]:
           __import__("os").path.dirname(uri) or "."
     result.append((split, uri, root))
   return result
+
+
+def possible_splits(config: ConvertConfig) -> Optional[set]:
+  """The splits a run can produce, when known before reading the data (None: a CSV's split
+  column can name any)."""
+  if config.split:
+    return set(config.split_fractions())
+  if config.format == "coco":
+    return {split or DEFAULT_SPLIT for split, _, _ in _file_inputs(config)}
+  if config.format == "voc":
+    from beam_tfrecord.sources.voc import split_files
+    return set(split_files(config.inputs[0])) or {DEFAULT_SPLIT}
+  return None
 
 
 def read_source(root, config: ConvertConfig) -> Tuple[SourceOutput, List[str]]:
@@ -290,10 +315,13 @@ class _Finalize(beam.DoFn):
   def process(self, _, stats, error_counts, label_map, error_files, beam_files, plans):
     from apache_beam.io.filesystems import FileSystems
     output = self.config.output
-    staged = [s["path"] for s in stats if s["shard"] is not None]
-    if staged:
-      FileSystems.rename([paths.join(self.staging, p) for p in staged],
-                         [paths.join(output, p) for p in staged])
+    shards = [s for s in stats if s["shard"] is not None]
+    finals = [s["path"] for s in shards]
+    if len(set(finals)) != len(finals):  # a {count} made two names equal: move nothing
+      raise RuntimeError(f"shard names clash after writing: {sorted(finals)}")
+    if shards:  # staged under unique default names, named by --shard-name-template here
+      FileSystems.rename([paths.join(self.staging, s.get("staged", s["path"])) for s in shards],
+                         [paths.join(output, s["path"]) for s in shards])
     # Leftovers are .part-* files of failed attempts. Object stores have no directories:
     # a trailing slash asks Beam for a recursive delete of the prefix.
     if paths.is_remote(self.staging):
@@ -385,16 +413,27 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   images, prepare_errors = source.images | "Prepare" >> PrepareImages(fractions)
   label_map = beam.pvalue.AsSingleton(root | "LabelMap" >> BuildLabelMap(source, user_map))
 
+  template = config.shard_name_template
+  custom_names = template != sharding.DEFAULT_SHARD_NAME_TEMPLATE
+  by_records = config.records_per_shard
   plans = (images
-           | "KeyAndSize" >> beam.Map(lambda a: (a.split, (a.key, a.size_bytes or 0)))
+           | "KeyAndSize" >> beam.Map(lambda a: (a.split, (
+               (a.key, a.size_bytes or 0, 1) if by_records else (a.key, a.size_bytes or 0))))
            | "GroupBySplit" >> beam.GroupByKey()
            | "Plan" >> beam.MapTuple(lambda split, items: (split, sharding.plan_split(
-               split, list(items), config.num_shards, config.shard_size_mb))))
+               split, list(items), config.num_shards, config.shard_size_mb, by_records))))
+  if custom_names:
+    # The run-time half of the clash check: all plans together, before any shard is written
+    # (the writer waits for this side input). Raises, failing the run with nothing written.
+    plans = (plans
+             | "AllPlans" >> beam.combiners.ToList()
+             | "CheckNames" >> beam.FlatMap(lambda items: sharding.shard_names(
+                 [plan for _, plan in items], template) and items))
   plans_side = beam.pvalue.AsDict(plans)
 
   if config.sink == "shards":
     stats, write_errors = images | "WriteShards" >> WriteShards(
-        staging, label_map, plans_side, options)
+        staging, label_map, plans_side, options, template)
     beam_files = root | "NoBeamFiles" >> beam.Create([])
   else:
     splits = list(fractions) if fractions else (source_splits or [DEFAULT_SPLIT])
