@@ -14,6 +14,7 @@ import uuid
 from typing import Optional, Sequence
 
 from beam_tfrecord import __version__, sharding
+from beam_tfrecord.encode import DEFAULT_SCHEMA, SCHEMAS
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.images import DEFAULT_JPEG_QUALITY, DEFAULT_MAX_PIXELS, IMAGE_FORMATS
 from beam_tfrecord.orientation import EXIF_FRAMES
@@ -101,6 +102,14 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   parser.add_argument("--verify-images", action="store_true",
                       help="fully decode every JPEG/PNG to reject corrupt ones (slower); by "
                       "default only the header and the end marker are checked")
+  parser.add_argument("--schema", choices=list(SCHEMAS), default=DEFAULT_SCHEMA,
+                      help="record layout: od-api (TF Object Detection API keys, default), "
+                      "tutorial (height, width, depth, label, image_raw: the TF TFRecord "
+                      "tutorial), coco-objects (one record per object: image, path, area, "
+                      "bbox, category_id, id, image_id)")
+  parser.add_argument("--feature-names", metavar="OLD=NEW,...",
+                      help="rename keys of the schema, e.g. depth=channels,image_raw=image "
+                      "(the TF1 writers' names); manifest.json records the final names")
   parser.add_argument("--include-masks", action="store_true",
                       help="coco: rasterize each object's segmentation (polygons or RLE, crowd "
                       "regions included) into image/object/mask, one PNG of 0/1 at the image's "
@@ -245,7 +254,8 @@ def _config(args: argparse.Namespace) -> ConvertConfig:
       max_pixels=args.max_pixels, exif_frame=args.exif_frame, verify_images=args.verify_images,
       include_masks=args.include_masks, max_side=args.max_side, resize=args.resize,
       image_format=args.image_format, jpeg_quality=args.jpeg_quality,
-      records_per_shard=args.records_per_shard, shard_name_template=args.shard_name_template)
+      records_per_shard=args.records_per_shard, shard_name_template=args.shard_name_template,
+      schema=args.schema, feature_names=args.feature_names)
 
 
 def _demo(args, beam_args: Sequence[str]) -> int:

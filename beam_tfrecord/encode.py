@@ -5,12 +5,25 @@ Shared by both sinks. Pure apart from reading the file through Beam's FileSystem
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from beam_tfrecord import images, masks, orientation
 from beam_tfrecord.paths import is_remote
 from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError
-from beam_tfrecord.schemas import od_api
+from beam_tfrecord.schemas import coco_objects, od_api, tutorial
+
+# --schema -> module (NAME, FEATURE_SPEC, planned_records, encode). Minimal wiring: the
+# sources issue brings a schema registry that replaces this table.
+SCHEMAS = {od_api.CLI_NAME: od_api, tutorial.NAME: tutorial, coco_objects.NAME: coco_objects}
+DEFAULT_SCHEMA = od_api.CLI_NAME
+
+
+def feature_spec(schema: str, include_masks: bool = False,
+                 renames: Mapping[str, str] = {}) -> Dict[str, Tuple[str, str]]:
+  """The keys a run writes, as recorded in manifest.json (final names)."""
+  spec = (od_api.feature_spec(include_masks) if schema == od_api.CLI_NAME
+          else dict(SCHEMAS[schema].FEATURE_SPEC))
+  return {renames.get(k, k): v for k, v in spec.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,15 +34,22 @@ class EncodeOptions:
   verify_images: bool = False               # fully decode JPEG/PNG, not just check structure
   include_masks: bool = False               # rasterize segmentations into image/object/mask
   preprocess: images.Preprocess = images.Preprocess()  # resize / re-encode at conversion time
+  schema: str = DEFAULT_SCHEMA              # a key of SCHEMAS
+  renames: Tuple[Tuple[str, str], ...] = ()  # --feature-names, (old, new) pairs
 
 
 @dataclasses.dataclass
 class Converted:
-  serialized: Optional[bytes]      # None when the image was rejected
+  records: Optional[List[bytes]]   # None when the image was rejected; per-object: 0..n
   labels: List[str]
   clipped: int
   reoriented: bool
   errors: List[ErrorRecord]
+
+  @property
+  def serialized(self) -> Optional[bytes]:
+    """The one record of a per-image schema (None when rejected)."""
+    return None if self.records is None else self.records[0]
 
 
 def read_bytes(uri: str) -> bytes:
@@ -120,12 +140,20 @@ def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
     if options.include_masks:
       ann = _with_masks(ann, prepared, frame, errors)
     ann = _scaled(ann, prepared)
-    encoded = od_api.encode(ann, prepared, label_map, options.bbox_policy, options.include_masks)
+    renames = dict(options.renames)
+    if options.schema == od_api.CLI_NAME:
+      encoded = od_api.encode(ann, prepared, label_map, options.bbox_policy,
+                              options.include_masks, renames)
+      records = [encoded.serialized]
+    else:
+      encoded = SCHEMAS[options.schema].encode(ann, prepared, label_map, options.bbox_policy,
+                                               renames)
+      records = encoded.records
   except InputError as e:
     return Converted(None, [], 0, False, errors + [e.record(ann.source, ann.key)])
   except Exception as e:  # a bug or an unforeseen input: report it, never kill the job
     return Converted(None, [], 0, False, errors + [ErrorRecord(
         source=ann.source, stage="encode", reason="unexpected_error", key=ann.key,
         message=f"{type(e).__name__}: {e}")])
-  return Converted(encoded.serialized, encoded.labels, encoded.clipped,
+  return Converted(records, encoded.labels, encoded.clipped,
                    prepared.source.orientation != 1, errors + encoded.errors)

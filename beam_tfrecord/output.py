@@ -100,7 +100,7 @@ def verify(output: str) -> int:
     count = 0
     for record in reader.load(output, split):
       count += 1
-      if int(record["image/width"]) <= 0:
+      if "image/width" in record and int(record["image/width"]) <= 0:
         problems.append(f"{split}: example with width {int(record['image/width'])}")
     total += count
     if count != entry["examples"] and entry["examples"] is not None:

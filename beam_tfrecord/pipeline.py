@@ -16,11 +16,13 @@ from beam_tfrecord import label_map as label_maps
 from beam_tfrecord import images as imaging
 from beam_tfrecord import paths, sharding
 from beam_tfrecord.boxes import BBOX_POLICIES
+from beam_tfrecord import encode
 from beam_tfrecord.encode import EncodeOptions
 from beam_tfrecord.images import DEFAULT_MAX_PIXELS
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.orientation import EXIF_FRAMES
-from beam_tfrecord.schemas import od_api
+from beam_tfrecord.schemas import base as schema_base
+from beam_tfrecord.schemas import coco_objects
 from beam_tfrecord.sink import WriteShards, WriteWithBeamSink, merge_stats, new_stats
 from beam_tfrecord.sources import SourceOutput
 from beam_tfrecord.sources.coco import ReadCoco
@@ -62,16 +64,26 @@ class ConvertConfig:
   image_format: str = "keep"
   jpeg_quality: int = imaging.DEFAULT_JPEG_QUALITY
   records_per_shard: Optional[int] = None
+  schema: str = encode.DEFAULT_SCHEMA
+  feature_names: Optional[str] = None     # 'OLD=NEW,...'
   shard_name_template: str = sharding.DEFAULT_SHARD_NAME_TEMPLATE
   source_fingerprint: Optional[Dict[str, Any]] = None  # set by convert --if-changed
 
+  def renames(self) -> Dict[str, str]:
+    spec = encode.feature_spec(self.schema, self.include_masks)
+    return schema_base.parse_feature_names(self.feature_names, spec)
+
   def encode_options(self) -> EncodeOptions:
+    # coco-objects' readers decode with tf.io.decode_jpeg: 'keep' means JPEG there
+    image_format = ("jpeg" if self.schema == coco_objects.NAME and self.image_format == "keep"
+                    else self.image_format)
     return EncodeOptions(bbox_policy=self.bbox_policy, max_pixels=self.max_pixels,
                          exif_frame=self.exif_frame, verify_images=self.verify_images,
                          include_masks=self.include_masks, preprocess=imaging.Preprocess(
                              max_side=self.max_side,
                              resize=imaging.parse_size(self.resize) if self.resize else None,
-                             image_format=self.image_format, jpeg_quality=self.jpeg_quality))
+                             image_format=image_format, jpeg_quality=self.jpeg_quality),
+                         schema=self.schema, renames=tuple(sorted(self.renames().items())))
 
   def validate(self) -> None:
     if self.format not in FORMATS:
@@ -125,6 +137,15 @@ class ConvertConfig:
       raise ValueError(f"--image-format must be one of {', '.join(imaging.IMAGE_FORMATS)}")
     if not 1 <= self.jpeg_quality <= 100:
       raise ValueError("--jpeg-quality must be within 1..100")
+    if self.schema not in encode.SCHEMAS:
+      raise ValueError(f"--schema must be one of {', '.join(encode.SCHEMAS)}")
+    if self.include_masks and self.schema != encode.DEFAULT_SCHEMA:
+      raise ValueError(f"--include-masks writes image/object/mask of the "
+                       f"{encode.DEFAULT_SCHEMA} schema, not {self.schema}")
+    if self.schema == coco_objects.NAME and self.image_format == "png":
+      raise ValueError(f"--schema {coco_objects.NAME} writes JPEG (its readers use "
+                       "tf.io.decode_jpeg); --image-format png does not fit it")
+    self.renames()
     if self.include_masks and self.format not in MASK_FORMATS:
       raise ValueError(f"--include-masks needs segmentations: format {self.format} has none "
                        f"(use one of {', '.join(MASK_FORMATS)})")
@@ -350,14 +371,14 @@ class _Finalize(beam.DoFn):
         "version": beam_tfrecord.__version__,
         "status": status,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "schema": od_api.NAME,
+        "schema": encode.SCHEMAS[self.config.schema].NAME,
         "format": self.config.format,
         "sink": self.config.sink,
         "args": self.argv,
         "source_fingerprint": self.config.source_fingerprint,
         "config": dataclasses.asdict(self.config),
-        "features": {k: {"dtype": d, "kind": kind}
-                     for k, (d, kind) in od_api.feature_spec(self.config.include_masks).items()},
+        "features": {k: {"dtype": d, "kind": kind} for k, (d, kind) in encode.feature_spec(
+            self.config.schema, self.config.include_masks, self.config.renames()).items()},
         "label_map": dict(sorted(label_map.items(), key=lambda kv: kv[1])),
         "splits": splits,
         "totals": totals,
@@ -374,7 +395,7 @@ def _lost_records(plans: Mapping[str, sharding.SplitPlan], stats: Sequence[Dict]
   """'' when every planned image was written or rejected, else what is missing per split."""
   done: Dict[str, int] = {}
   for s in stats:
-    done[s["split"]] = done.get(s["split"], 0) + s["examples"] + s["rejected"]
+    done[s["split"]] = done.get(s["split"], 0) + s["images"] + s["rejected"]
   return ", ".join(f"split {split}: {plan.count} planned, {done.get(split, 0)} written or "
                    f"rejected" for split, plan in sorted(plans.items())
                    if done.get(split, 0) != plan.count)
@@ -416,9 +437,11 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   template = config.shard_name_template
   custom_names = template != sharding.DEFAULT_SHARD_NAME_TEMPLATE
   by_records = config.records_per_shard
+  planned_records = encode.SCHEMAS[config.schema].planned_records
   plans = (images
            | "KeyAndSize" >> beam.Map(lambda a: (a.split, (
-               (a.key, a.size_bytes or 0, 1) if by_records else (a.key, a.size_bytes or 0))))
+               (a.key, a.size_bytes or 0, planned_records(a)) if by_records
+               else (a.key, a.size_bytes or 0))))
            | "GroupBySplit" >> beam.GroupByKey()
            | "Plan" >> beam.MapTuple(lambda split, items: (split, sharding.plan_split(
                split, list(items), config.num_shards, config.shard_size_mb, by_records))))

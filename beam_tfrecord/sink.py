@@ -23,7 +23,8 @@ from beam_tfrecord.sharding import SplitPlan
 
 # rejected: images of this shard/split turned down while writing; with examples it must add up
 # to the planned count (the finalize step checks, so a runner that loses records fails loudly).
-STAT_COUNTS = ("examples", "objects", "bytes", "clipped", "reoriented", "rejected")
+# images: converted images (examples counts records: several per image in per-object schemas).
+STAT_COUNTS = ("examples", "objects", "bytes", "clipped", "reoriented", "rejected", "images")
 
 
 def new_stats(split: str, shard: Optional[int], path: str) -> Dict:
@@ -33,7 +34,8 @@ def new_stats(split: str, shard: Optional[int], path: str) -> Dict:
 
 
 def add_example(stats: Dict, result: Converted) -> None:
-  stats["examples"] += 1
+  stats["images"] += 1
+  stats["examples"] += len(result.records)
   stats["objects"] += len(result.labels)
   stats["clipped"] += result.clipped
   stats["reoriented"] += int(result.reoriented)
@@ -77,11 +79,12 @@ class _WriteShard(beam.DoFn):
       for ann in sorted(anns, key=lambda a: (a.key, a.uri)):
         result = convert(ann, label_map, self.options)
         errors.extend(result.errors)
-        if result.serialized is None:
+        if result.records is None:
           self.rejected.inc()
           stats["rejected"] += 1
           continue
-        _TFRecordUtil.write_record(f, result.serialized)
+        for record in result.records:  # one image's records stay together, in order
+          _TFRecordUtil.write_record(f, record)
         self.images.inc()
         add_example(stats, result)
     FileSystems.rename([partial], [final])
@@ -134,14 +137,15 @@ class _Encode(beam.DoFn):
     for error in result.errors:
       yield beam.pvalue.TaggedOutput("errors", error)
     stats = new_stats(ann.split, None, "")
-    if result.serialized is None:
+    if result.records is None:
       stats["rejected"] = 1
       yield beam.pvalue.TaggedOutput("stats", stats)
       return
     add_example(stats, result)
-    stats["bytes"] = len(result.serialized)
+    stats["bytes"] = sum(len(r) for r in result.records)
     yield beam.pvalue.TaggedOutput("stats", stats)
-    yield ann.split, result.serialized
+    for record in result.records:
+      yield ann.split, record
 
 
 class WriteWithBeamSink(beam.PTransform):

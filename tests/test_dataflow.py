@@ -214,7 +214,7 @@ def test_setup_py_declares_what_the_workers_import():
   provides = {"apache_beam": "apache-beam", "tensorflow": "tensorflow", "PIL": "pillow",
               "pandas": "pandas", "google_crc32c": "google-crc32c", "ijson": "ijson",
               "defusedxml": "defusedxml", "google": "protobuf", "rich": "rich",
-              "numpy": "tensorflow"}
+              "numpy": "numpy", "pycocotools": "pycocotools"}
   stdlib = set(__import__("sys").stdlib_module_names)
   imported = set()
   for d, _, files in os.walk(os.path.join(ROOT, "beam_tfrecord")):
@@ -264,6 +264,15 @@ EXAMPLES = {  # a realistic value per template parameter
     "verify_images": "true",
     "overwrite": "true",
     "if_changed": "true",
+    "schema": "coco-objects",
+    "feature_names": "image_raw=image,depth=channels",
+    "include_masks": "true",
+    "max_side": "640",
+    "resize": "640x640",
+    "image_format": "jpeg",
+    "jpeg_quality": "90",
+    "records_per_shard": "4096",
+    "shard_name_template": "file_{index:02d}-{count}.tfrec",
 }
 
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
-from beam_tfrecord import boxes, protos
 from beam_tfrecord.images import PreparedImage
-from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
+from beam_tfrecord.model import ErrorRecord, ImageAnnotation
+from beam_tfrecord.schemas import base
 
 NAME = "od_api"
+CLI_NAME = "od-api"
 
 # key -> (dtype, kind) where kind is "fixed" (one value per example) or "var" (one per object).
 FEATURE_SPEC: Dict[str, Tuple[str, str]] = {
@@ -54,40 +55,24 @@ class Encoded:
   errors: List[ErrorRecord]
 
 
-def _bytes(values: Sequence[bytes]):
-  return protos.Feature(bytes_list={"value": list(values)})
+_bytes, _floats, _ints = base.bytes_feature, base.float_feature, base.int64_feature
 
 
-def _floats(values: Sequence[float]):
-  return protos.Feature(float_list={"value": list(values)})
-
-
-def _ints(values: Sequence[int]):
-  return protos.Feature(int64_list={"value": list(values)})
+def planned_records(ann: ImageAnnotation) -> int:
+  """Records this schema writes for one image (for --records-per-shard)."""
+  return 1
 
 
 def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, int],
-           bbox_policy: str = "clip", include_masks: bool = False) -> Encoded:
+           bbox_policy: str = "clip", include_masks: bool = False,
+           renames: Optional[Mapping[str, str]] = None) -> Encoded:
   """Build the Example. Objects that fail validation or lack a label id are left out of the
   Example and reported as errors; with bbox_policy='error' a box partly outside the image
   fails the whole image instead. With include_masks every object carries its PNG `mask`."""
   width, height = image.info.width, image.info.height
-  errors: List[ErrorRecord] = []
-  kept: List[boxes.NormalizedObject] = []
-  ids: List[int] = []
-  for obj in ann.objects:
-    try:
-      norm = boxes.normalize(obj, width, height, bbox_policy)
-      if obj.label not in label_map:
-        raise InputError("validate", "unknown_class",
-                         f"class {obj.label!r} is not in the label map")
-    except InputError as e:
-      if bbox_policy == "error" and e.reason == "bbox_partly_outside":
-        raise
-      errors.append(e.record(ann.source, ann.key, level="object"))
-      continue
-    kept.append(norm)
-    ids.append(label_map[obj.label])
+  valid, errors = base.valid_objects(ann, width, height, label_map, bbox_policy)
+  kept = [norm for norm, _ in valid]
+  ids = [label_id for _, label_id in valid]
 
   features = {
       "image/encoded": _bytes([image.encoded]),
@@ -121,7 +106,6 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
   if include_masks:
     features[MASK_FEATURE] = _bytes([n.obj.mask for n in kept])
 
-  example = protos.Example(features=protos.Features(feature=features))
-  return Encoded(serialized=example.SerializeToString(deterministic=True),
+  return Encoded(serialized=base.serialize(features, renames),
                  labels=[n.obj.label for n in kept],
                  clipped=sum(n.clipped for n in kept), errors=errors)
