@@ -395,7 +395,8 @@ def _lost_records(plans: Mapping[str, sharding.SplitPlan], stats: Sequence[Dict]
   """'' when every planned image was written or rejected, else what is missing per split."""
   done: Dict[str, int] = {}
   for s in stats:
-    done[s["split"]] = done.get(s["split"], 0) + s["images"] + s["rejected"]
+    # images, not examples: a per-object schema writes several records per image
+    done[s["split"]] = done.get(s["split"], 0) + s.get("images", s["examples"]) + s["rejected"]
   return ", ".join(f"split {split}: {plan.count} planned, {done.get(split, 0)} written or "
                    f"rejected" for split, plan in sorted(plans.items())
                    if done.get(split, 0) != plan.count)
