@@ -5,25 +5,16 @@ Shared by both sinks. Pure apart from reading the file through Beam's FileSystem
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Mapping, Optional, Tuple
+import os
+from typing import List, Mapping, Optional, Tuple
 
 from beam_tfrecord import images, masks, orientation
 from beam_tfrecord.paths import is_remote
 from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError
-from beam_tfrecord.schemas import coco_objects, od_api, tutorial
-
-# --schema -> module (NAME, FEATURE_SPEC, planned_records, encode). Minimal wiring: the
-# sources issue brings a schema registry that replaces this table.
-SCHEMAS = {od_api.CLI_NAME: od_api, tutorial.NAME: tutorial, coco_objects.NAME: coco_objects}
-DEFAULT_SCHEMA = od_api.CLI_NAME
+from beam_tfrecord import schemas
 
 
-def feature_spec(schema: str, include_masks: bool = False,
-                 renames: Mapping[str, str] = {}) -> Dict[str, Tuple[str, str]]:
-  """The keys a run writes, as recorded in manifest.json (final names)."""
-  spec = (od_api.feature_spec(include_masks) if schema == od_api.CLI_NAME
-          else dict(SCHEMAS[schema].FEATURE_SPEC))
-  return {renames.get(k, k): v for k, v in spec.items()}
+DEFAULT_MAX_IMAGE_BYTES = 256 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,9 +23,10 @@ class EncodeOptions:
   max_pixels: int = images.DEFAULT_MAX_PIXELS
   exif_frame: str = "auto"                  # orientation.EXIF_FRAMES
   verify_images: bool = False               # fully decode JPEG/PNG, not just check structure
+  max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES  # larger files are rejected before reading
+  schema: str = schemas.DEFAULT             # schemas.REGISTRY key
   include_masks: bool = False               # rasterize segmentations into image/object/mask
   preprocess: images.Preprocess = images.Preprocess()  # resize / re-encode at conversion time
-  schema: str = DEFAULT_SCHEMA              # a key of SCHEMAS
   renames: Tuple[Tuple[str, str], ...] = ()  # --feature-names, (old, new) pairs
 
 
@@ -48,20 +40,35 @@ class Converted:
 
   @property
   def serialized(self) -> Optional[bytes]:
-    """The one record of a per-image schema (None when rejected)."""
-    return None if self.records is None else self.records[0]
+    """The one record of a one-record-per-image schema (None when rejected)."""
+    return None if self.records is None else b"".join(self.records[:1])
 
 
-def read_bytes(uri: str) -> bytes:
+def _too_large(uri: str, size: int, limit: int) -> InputError:
+  return InputError("read", "image_too_large",
+                    f"{uri} has {size} bytes, over --max-image-bytes {limit}")
+
+
+def read_bytes(uri: str, limit: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
+  """The file's bytes; files over `limit` bytes are rejected from a stat, before reading."""
   if not is_remote(uri):
     # Local fast path: Beam's LocalFileSystem.open read 2,000 images (180 MB) in 1.6 s under
     # cProfile (two reads per file, growing buffers); a plain open() sizes its buffer once.
     try:
       with open(uri, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+          raise _too_large(uri, size, limit)
         return f.read()
     except OSError as e:
       raise InputError("read", "unreadable", f"{uri}: {e.strerror or e}") from None
   from apache_beam.io.filesystems import FileSystems
+  try:
+    size = FileSystems.get_filesystem(uri).size(uri)
+  except Exception:
+    size = None  # unknown here: the read below reports a missing object
+  if size is not None and size > limit:
+    raise _too_large(uri, size, limit)
   try:
     with FileSystems.open(uri, compression_type="uncompressed") as f:
       return f.read()
@@ -134,26 +141,18 @@ def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
   """Never raises for bad input: every problem becomes an ErrorRecord."""
   errors: List[ErrorRecord] = []
   try:
-    prepared = images.prepare(read_bytes(ann.uri), options.max_pixels, options.verify_images,
-                              options.preprocess)
+    prepared = images.prepare(read_bytes(ann.uri, options.max_image_bytes), options.max_pixels,
+                              options.verify_images, options.preprocess)
     ann, frame = _in_displayed_frame(ann, prepared, options, errors)
     if options.include_masks:
       ann = _with_masks(ann, prepared, frame, errors)
     ann = _scaled(ann, prepared)
-    renames = dict(options.renames)
-    if options.schema == od_api.CLI_NAME:
-      encoded = od_api.encode(ann, prepared, label_map, options.bbox_policy,
-                              options.include_masks, renames)
-      records = [encoded.serialized]
-    else:
-      encoded = SCHEMAS[options.schema].encode(ann, prepared, label_map, options.bbox_policy,
-                                               renames)
-      records = encoded.records
+    encoded = schemas.from_options(options).encode(ann, prepared, label_map, options)
   except InputError as e:
     return Converted(None, [], 0, False, errors + [e.record(ann.source, ann.key)])
   except Exception as e:  # a bug or an unforeseen input: report it, never kill the job
     return Converted(None, [], 0, False, errors + [ErrorRecord(
         source=ann.source, stage="encode", reason="unexpected_error", key=ann.key,
         message=f"{type(e).__name__}: {e}")])
-  return Converted(records, encoded.labels, encoded.clipped,
+  return Converted(encoded.records, encoded.labels, encoded.clipped,
                    prepared.source.orientation != 1, errors + encoded.errors)

@@ -191,6 +191,49 @@ def check_template(template: str, splits: Optional[Set[str]], num_shards: Option
                      "give shards of the same name")
 
 
+# Names the run directory holds besides shards (pipeline.MANIFEST, LABEL_MAP, LABELS_TXT and
+# the error report): a shard may not take one of them.
+RESERVED_NAMES = ("manifest.json", "label_map.pbtxt", "labels.txt")
+_ERROR_FILE = re.compile(r"^errors-\d{5}-of-\d{5}\.jsonl$")
+MAX_ENUMERATED_SHARDS = 256  # check_names enumerates names up to this many shards per split
+
+
+def reserved(name: str) -> bool:
+  return name in RESERVED_NAMES or bool(_ERROR_FILE.match(name))
+
+
+def check_names(template: str, splits: Optional[Set[str]], num_shards: Optional[int]) -> None:
+  """Build-time check by enumeration, when the splits and --num-shards are known and the
+  template has no {count}: UsageError when two shards could get one name (a split gets at
+  most --num-shards shards, fewer when it has fewer images) or a shard a reserved name.
+  Otherwise the plan step checks the real names before anything is written (shard_names)."""
+  if not splits or not num_shards or "count" in template_fields(template):
+    return
+  if num_shards > MAX_ENUMERATED_SHARDS:
+    return
+  owners: Dict[str, str] = {}
+  for split in sorted(splits):
+    mine: Set[str] = set()
+    for n in range(1, num_shards + 1):
+      names = [format_shard_name(template, split, i, n, 0) for i in range(n)]
+      if len(set(names)) != n:
+        raise UsageError(f"--shard-name-template {template!r} gives two shards of split "
+                         f"{split!r} the same name with {n} shards")
+      mine.update(names)
+      if "num_shards" not in template_fields(template):
+        mine = set(format_shard_name(template, split, i, num_shards, 0)
+                   for i in range(num_shards))
+        break
+    for name in sorted(mine):
+      if reserved(name):
+        raise UsageError(f"--shard-name-template {template!r} names a shard {name!r}, a file "
+                         "of the run's own")
+      if name in owners:
+        raise UsageError(f"--shard-name-template {template!r} can give shards of splits "
+                         f"{owners[name]!r} and {split!r} the same name {name!r}")
+      owners[name] = split
+
+
 def shard_names(plans: Sequence[SplitPlan], template: str) -> Dict[Tuple[str, int], str]:
   """{(split, index): file name} with the planned record counts; ValueError naming the
   clashes when two shards get the same name (checked before anything is written)."""
@@ -201,6 +244,8 @@ def shard_names(plans: Sequence[SplitPlan], template: str) -> Dict[Tuple[str, in
     for index in range(plan.num_shards):
       name = format_shard_name(template, plan.split, index, plan.num_shards,
                                plan.records[index] if plan.records else 0)
+      if reserved(name):
+        clashes.append(f"{name!r} for shard {(plan.split, index)}, a file of the run's own")
       if name in owners:
         clashes.append(f"{name!r} for shard {owners[name]} and {(plan.split, index)}")
       owners[name] = (plan.split, index)

@@ -19,11 +19,12 @@ from apache_beam.metrics import Metrics
 from beam_tfrecord import paths, sharding
 from beam_tfrecord.encode import Converted, EncodeOptions, convert
 from beam_tfrecord.model import ImageAnnotation
+from beam_tfrecord.output import _fault
 from beam_tfrecord.sharding import SplitPlan
 
-# rejected: images of this shard/split turned down while writing; with examples it must add up
-# to the planned count (the finalize step checks, so a runner that loses records fails loudly).
-# images: converted images (examples counts records: several per image in per-object schemas).
+# images: images written (a schema may write several records, `examples`, per image, or none);
+# rejected: images of this shard/split turned down while writing. images + rejected must add
+# up to the planned count (the finalize step checks, so a runner that loses records fails).
 STAT_COUNTS = ("examples", "objects", "bytes", "clipped", "reoriented", "rejected", "images")
 
 
@@ -88,6 +89,7 @@ class _WriteShard(beam.DoFn):
         self.images.inc()
         add_example(stats, result)
     FileSystems.rename([partial], [final])
+    _fault("write")
     stats["bytes"] = paths.size_of(final)
     # The file's final name (--shard-name-template; {count} is known only now). It keeps its
     # unique staging name until the finalize step moves it there.

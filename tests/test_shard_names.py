@@ -103,10 +103,41 @@ def test_records_per_shard_and_template_fields(dataset, tmp_path):
     expected_files.update(names)
   on_disk = {f for f in os.listdir(tmp_path / "out") if f.endswith(".tfrec")}
   assert on_disk == expected_files
-  assert not [f for f in os.listdir(tmp_path / "out") if f.startswith(".tmp")]
+  assert not [f for f in os.listdir(tmp_path / "out") if f.startswith(".")]
   assert len(run.examples) == len(dataset.images)  # reader.load follows the manifest
-  from beam_tfrecord import output as outputs
-  assert outputs.verify(str(tmp_path / "out")) == 0
+  # the run owns its custom-named shards: listed in the manifest, moved by the commit
+  assert expected_files <= set(run.manifest["files"])
+  from beam_tfrecord import verify
+  assert verify.check(str(tmp_path / "out"))[1] == []
+
+
+def test_verify_knows_custom_names_and_still_finds_strays(dataset, tmp_path):
+  output = tmp_path / "out"
+  template = "{split}_{index:02d}-{count}.rec"
+  assert _convert(dataset, output, "--num-shards=2", f"--shard-name-template={template}"
+                  ).code == 0
+  from beam_tfrecord import verify
+  assert verify.check(str(output))[1] == []
+  (output / "train-00000-of-00002.tfrecord").write_bytes(b"")  # a default-named stray
+  (output / "val_07-3.rec").write_bytes(b"")                  # one named like ours
+  problems = verify.check(str(output))[1]
+  assert sorted(p.split(":")[0] for p in problems) == ["train-00000-of-00002.tfrecord",
+                                                       "val_07-3.rec"]
+  assert all("stray record file" in p for p in problems)
+
+
+def test_overwrite_replaces_custom_named_shards(dataset, tmp_path):
+  """--overwrite removes what the previous manifest lists, custom names included."""
+  output = tmp_path / "out"
+  assert _convert(dataset, output, "--num-shards=3",
+                  "--shard-name-template={split}.{index}.rec").code == 0
+  first = {f for f in os.listdir(output) if f.endswith(".rec")}
+  assert len(first) == 6
+  run = _convert(dataset, output, "--num-shards=1", "--overwrite")
+  assert run.code == 0
+  assert not {f for f in os.listdir(output) if f.endswith(".rec")}
+  from beam_tfrecord import verify
+  assert verify.check(str(output))[1] == []
 
 
 def test_records_per_shard_output_is_deterministic(dataset, tmp_path):
@@ -127,26 +158,52 @@ def test_records_per_shard_output_is_deterministic(dataset, tmp_path):
 def test_clash_is_a_usage_error_before_anything_is_written(dataset, tmp_path, capsys, template,
                                                            extra):
   output = tmp_path / "out"
-  with pytest.raises(SystemExit) as exit_info:
-    _convert(dataset, output, f"--shard-name-template={template}", *extra)
-  assert exit_info.value.code == 2
-  assert "--shard-name-template" in capsys.readouterr().err
+  from beam_tfrecord import cli
+  code = cli.main(["convert", "--format=coco", *dataset.inputs("coco"), "--output",
+                   str(output), f"--shard-name-template={template}", *extra, bd.RUNNER])
+  err = capsys.readouterr().err
+  assert code == 2 and "--shard-name-template" in err
+  assert len(err.strip().splitlines()) == 1 and "Traceback" not in err  # one line
   assert not output.exists()
 
 
-def test_clash_found_by_the_plan_step_writes_nothing(dataset, tmp_path):
-  """'{split}{index}' passes the build-time rules, but with splits 'a' (11 shards) and 'a1'
-  the plan step finds 'a10' twice and fails the run before any shard is written."""
+def test_check_names_enumerates_known_splits_and_shard_counts():
+  sharding.check_names("{split}-{index}.rec", {"a", "a1"}, 11)
+  with pytest.raises(UsageError, match="'a10.rec'"):
+    sharding.check_names("{split}{index}.rec", {"a", "a1"}, 11)
+  with pytest.raises(UsageError, match="own"):
+    sharding.check_names("{split}.json", {"manifest"}, 1)
+  sharding.check_names("{index}{num_shards}.rec", {"train"}, 12)  # one split: n is fixed
+  with pytest.raises(UsageError, match="same name"):  # 'a' 1 of 12 vs 'a1' ... of 2: a112
+    sharding.check_names("{split}{index}{num_shards}.rec", {"a", "a1"}, 12)
+  sharding.check_names("{split}{index}-{count}.rec", {"a", "a1"}, 11)  # {count}: the plan step
+
+
+def test_known_clash_is_exit_2_before_anything_is_written(dataset, tmp_path, capsys):
+  """'{split}{index}' passes the template rules, but with splits 'a' and 'a1' known and up to
+  11 shards each, 'a10' can name two shards: refused when the pipeline is built."""
   output = tmp_path / "out"
-  with pytest.raises(Exception, match="same name"):
-    _convert(dataset, output, "--split=a=0.6,a1=0.4", "--num-shards=11",
-             "--shard-name-template={split}{index}.rec")
+  run = bd.convert(["--format=coco", *dataset.inputs("coco"), "--output", str(output),
+                    "--split=a=0.6,a1=0.4", "--num-shards=11",
+                    "--shard-name-template={split}{index}.rec"], capsys)
+  assert run.code == 2 and "'a10.rec'" in run.stderr
+  assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+  assert not output.exists()
+
+
+def test_clash_found_by_the_plan_step_writes_nothing(dataset, tmp_path, capsys):
+  """With --shard-size-mb the shard counts are known only once the data is read: the plan
+  step finds 'a10' twice and fails the run before any shard is written."""
+  output = tmp_path / "out"
+  run = bd.convert(["--format=coco", *dataset.inputs("coco"), "--output", str(output),
+                    "--split=a=0.6,a1=0.4", "--shard-size-mb=0.000001",
+                    "--shard-name-template={split}{index}.rec"], capsys)
+  assert run.code == 1 and "same name" in run.stderr
   written = [os.path.join(d, f) for d, _, files in os.walk(output) for f in files]
   assert not [f for f in written if f.endswith(".rec") or ".part-" in f], written
   assert not os.path.exists(output / "manifest.json")
 
 
 def test_beam_sink_refuses_templates(dataset, tmp_path, capsys):
-  with pytest.raises(SystemExit) as exit_info:
-    _convert(dataset, tmp_path / "out", "--sink=beam", "--records-per-shard=3")
-  assert exit_info.value.code == 2
+  run = _convert(dataset, tmp_path / "out", "--sink=beam", "--records-per-shard=3")
+  assert run.code == 2

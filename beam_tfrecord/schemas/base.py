@@ -14,13 +14,23 @@ Spec = Dict[str, Tuple[str, str]]  # key -> (dtype, "fixed" | "var")
 
 
 @dataclasses.dataclass
-class Records:
-  """One image encoded: its records (several for per-object schemas), the class of each
-  object written, clipped boxes and the per-object problems."""
-  records: List[bytes]
-  labels: List[str]
+class Encoded:
+  """One image encoded: its records (several for per-object schemas, in order; none skips
+  the image), the class of each object written, clipped boxes and the per-object problems."""
+  records: List[bytes]        # serialized Examples of one image, in order
+  labels: List[str]           # class names written (for the manifest's per-class counts)
   clipped: int
   errors: List[ErrorRecord]
+
+  @property
+  def serialized(self) -> bytes:
+    """The record of a one-record-per-image schema."""
+    if len(self.records) != 1:
+      raise ValueError(f"{len(self.records)} records, not one")
+    return self.records[0]
+
+
+Records = Encoded  # the name the schema modules use
 
 
 def valid_objects(ann: ImageAnnotation, width: int, height: int, label_map: Mapping[str, int],

@@ -18,6 +18,8 @@ from beam_tfrecord.model import ImageAnnotation, InputError
 from beam_tfrecord.schemas import base
 
 NAME = "coco-objects"
+FIRST_ID = 1
+IMAGE_LEVEL = False
 FEATURE_SPEC: base.Spec = {
     "image": ("string", "fixed"),
     "path": ("string", "fixed"),

@@ -5,16 +5,17 @@ plus the per-object problems it found. No Beam, no TensorFlow.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from beam_tfrecord.images import PreparedImage
-from beam_tfrecord.model import ErrorRecord, ImageAnnotation
+from beam_tfrecord.model import ImageAnnotation
 from beam_tfrecord.schemas import base
+from beam_tfrecord.schemas.base import Encoded
 
 NAME = "od_api"
-CLI_NAME = "od-api"
+FIRST_ID = 1      # 0 is background in the TF OD API
+IMAGE_LEVEL = False
 
 # key -> (dtype, kind) where kind is "fixed" (one value per example) or "var" (one per object).
 FEATURE_SPEC: Dict[str, Tuple[str, str]] = {
@@ -47,12 +48,22 @@ def feature_spec(include_masks: bool = False) -> Dict[str, Tuple[str, str]]:
   return {**FEATURE_SPEC, MASK_FEATURE: ("string", "var")} if include_masks else dict(FEATURE_SPEC)
 
 
-@dataclasses.dataclass
-class Encoded:
-  serialized: bytes
-  labels: List[str]
-  clipped: int
-  errors: List[ErrorRecord]
+# per-image keys other schemas share (classification)
+IMAGE_KEYS = ("image/encoded", "image/format", "image/height", "image/width", "image/channels",
+              "image/filename", "image/key/sha256")
+
+
+def image_features(ann: ImageAnnotation, image: PreparedImage) -> Dict:
+  """The IMAGE_KEYS features of one image."""
+  return {
+      "image/encoded": _bytes([image.encoded]),
+      "image/format": _bytes([image.info.format.encode()]),
+      "image/height": _ints([image.info.height]),
+      "image/width": _ints([image.info.width]),
+      "image/channels": _ints([image.info.channels]),
+      "image/filename": _bytes([ann.key.encode("utf-8")]),
+      "image/key/sha256": _bytes([hashlib.sha256(image.encoded).hexdigest().encode()]),
+  }
 
 
 _bytes, _floats, _ints = base.bytes_feature, base.float_feature, base.int64_feature
@@ -75,14 +86,8 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
   ids = [label_id for _, label_id in valid]
 
   features = {
-      "image/encoded": _bytes([image.encoded]),
-      "image/format": _bytes([image.info.format.encode()]),
-      "image/height": _ints([height]),
-      "image/width": _ints([width]),
-      "image/channels": _ints([image.info.channels]),
-      "image/filename": _bytes([ann.key.encode("utf-8")]),
+      **image_features(ann, image),
       "image/source_id": _bytes([ann.source_id.encode("utf-8")]),
-      "image/key/sha256": _bytes([hashlib.sha256(image.encoded).hexdigest().encode()]),
       "image/object/bbox/xmin": _floats([n.xmin for n in kept]),
       "image/object/bbox/xmax": _floats([n.xmax for n in kept]),
       "image/object/bbox/ymin": _floats([n.ymin for n in kept]),
@@ -106,6 +111,6 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
   if include_masks:
     features[MASK_FEATURE] = _bytes([n.obj.mask for n in kept])
 
-  return Encoded(serialized=base.serialize(features, renames),
+  return Encoded(records=[base.serialize(features, renames)],
                  labels=[n.obj.label for n in kept],
                  clipped=sum(n.clipped for n in kept), errors=errors)

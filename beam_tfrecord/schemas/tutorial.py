@@ -16,6 +16,8 @@ from beam_tfrecord.model import ImageAnnotation, InputError
 from beam_tfrecord.schemas import base
 
 NAME = "tutorial"
+FIRST_ID = 1
+IMAGE_LEVEL = True   # one class per image
 FEATURE_SPEC: base.Spec = {
     "height": ("int64", "fixed"),
     "width": ("int64", "fixed"),
@@ -30,8 +32,9 @@ def planned_records(ann: ImageAnnotation) -> int:
 
 
 def image_label(ann: ImageAnnotation) -> str:
-  """The one class of an image (all its objects agree); InputError otherwise."""
-  names = sorted({obj.label for obj in ann.objects})
+  """The one class of an image: its image-level label (class folders, listings), else the
+  class all its objects share; InputError otherwise."""
+  names = sorted(set(ann.labels)) or sorted({obj.label for obj in ann.objects})
   if len(names) != 1:
     raise InputError("validate", "not_one_class",
                      f"the {NAME} schema needs one class per image, the annotation names "
