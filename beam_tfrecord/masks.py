@@ -119,12 +119,25 @@ def rasterize_polygon(points: Sequence[float], width: int, height: int) -> np.nd
   return rasterize_coco([list(points)], width, height)
 
 
+def polygon_json(points: Sequence[float], normalized: bool = False) -> str:
+  """One polygon [x1, y1, x2, y2, ...] as carried in ObjectAnnotation.segmentation; normalized
+  points (YOLO segmentation lines) are scaled by the image size when rasterized."""
+  return to_json({"polygon": [float(v) for v in points], "normalized": bool(normalized)})
+
+
 def from_json(text: Optional[str], width: int, height: int) -> np.ndarray:
-  """The segmentation as carried in ObjectAnnotation (compact JSON) -> 0/1 mask."""
+  """The segmentation as carried in ObjectAnnotation (compact JSON: COCO's, or a polygon_json)
+  -> 0/1 mask."""
   if text is None:
     raise InputError("validate", "missing_segmentation",
                      "--include-masks is on but the object has no segmentation")
-  return rasterize_coco(json.loads(text), width, height)
+  segmentation = json.loads(text)
+  if isinstance(segmentation, dict) and "polygon" in segmentation:
+    points = _check_polygons([segmentation["polygon"]])[0]
+    if segmentation.get("normalized"):
+      points = [v * (width if i % 2 == 0 else height) for i, v in enumerate(points)]
+    return rasterize_polygon(points, width, height)
+  return rasterize_coco(segmentation, width, height)
 
 
 def to_json(segmentation: Any) -> str:

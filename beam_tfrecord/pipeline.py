@@ -272,7 +272,8 @@ def read_source(root, config: ConvertConfig) -> Tuple[SourceOutput, List[str]]:
   assigned = [paths.parse_assignment(item) for item in config.inputs]
   if config.format == "yolo":
     datasets = [yolo.load(uri, split) for split, uri in assigned]
-    source = root | "ReadYolo" >> ReadYolo(datasets, first_id, allow, follow)
+    source = root | "ReadYolo" >> ReadYolo(datasets, first_id, allow, follow,
+                                           include_masks=config.include_masks)
     return source, sorted({s for d in datasets for s, _ in d.splits})
   if config.format == "folders":
     reader = ReadFolders(assigned, first_id, allow, follow)
@@ -384,11 +385,11 @@ class BuildLabelMap(beam.PTransform):
             | "Number" >> beam.Map(label_maps.from_names, first_id))
 
 
-def error_rate(examples: int, levels: Mapping[str, int]) -> float:
-  """Rejections per image seen: file, image and object errors over (written + rejected
+def error_rate(images: int, levels: Mapping[str, int]) -> float:
+  """Rejections per image seen: file, image and object errors over (converted + rejected
   images). Warnings (the image was converted) do not count."""
   rejected = sum(n for level, n in levels.items() if level != "warning")
-  seen = examples + levels.get("image", 0)
+  seen = images + levels.get("image", 0)
   return rejected / seen if seen else (1.0 if rejected else 0.0)
 
 
@@ -409,7 +410,7 @@ def _split_entries(stats: Sequence[Dict], beam_files: Sequence[str]) -> Dict[str
   for split, files in sorted(shard_files.items()):
     total = merge_stats(by_split.get(split) or [new_stats(split, None, "")])
     splits[split] = {
-        "examples": total["examples"], "objects": total["objects"],
+        "examples": total["examples"], "images": total["images"], "objects": total["objects"],
         "bytes": sum(f["bytes"] for f in files) if beam_files else total["bytes"],
         "clipped_boxes": total["clipped"], "reoriented_images": total["reoriented"],
         "classes": total["classes"], "shards": files, "num_shards": len(files)}
@@ -466,10 +467,11 @@ class _Finalize(beam.DoFn):
                            label_maps.to_lines(label_map).encode())
     splits = _split_entries(stats, beam_files)
     totals = {k: sum(e[k] for e in splits.values())
-              for k in ("examples", "objects", "bytes", "clipped_boxes", "reoriented_images")}
+              for k in ("examples", "images", "objects", "bytes", "clipped_boxes",
+                        "reoriented_images")}
     reasons = {k: v for k, v in sorted(error_counts.items()) if not k.startswith("level:")}
     levels = {k[6:]: v for k, v in sorted(error_counts.items()) if k.startswith("level:")}
-    rate = error_rate(totals["examples"], levels)
+    rate = error_rate(totals["images"], levels)  # per image: records may be several or none
     outcome, status = outcome_of(totals, levels, rate, self.config.max_error_rate,
                                  _lost_records(plans, stats))
     if outcome == "ok" and not locks.held_by(self.config.output, self.run_id):

@@ -318,3 +318,51 @@ def test_transform_turns_and_resizes_like_the_image():
   assert turned.shape == (6, 4) and turned[0, 3] == 1 and turned.sum() == 1
   bigger = masks.transform(mask, 1, (12, 8))
   assert bigger.shape == (8, 12) and bigger[:2, :2].all() and bigger.sum() == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# YOLO segmentation lines
+# ---------------------------------------------------------------------------------------------
+
+
+def test_yolo_segmentation_polygons_become_masks(tmp_path):
+  """Ultralytics segmentation labels (`class x1 y1 x2 y2 ...`, normalized): each polygon is
+  scaled to the image and rasterized like COCO's (masks.rasterize_polygon); a box-only line
+  has no segmentation, so with --include-masks it is an object-level error."""
+  root = tmp_path / "seg"
+  (root / "images" / "train").mkdir(parents=True)
+  (root / "labels" / "train").mkdir(parents=True)
+  Image.new("RGB", (W, H), (90, 120, 150)).save(root / "images" / "train" / "a.png")
+  triangle = [0.1, 0.1, 0.6, 0.2, 0.3, 0.8]
+  square = [0.5, 0.5, 0.9, 0.5, 0.9, 0.9, 0.5, 0.9]
+  (root / "labels" / "train" / "a.txt").write_text(
+      "0 " + " ".join(map(str, triangle)) + "\n1 " + " ".join(map(str, square)) +
+      "\n0 0.5 0.5 0.2 0.2\n", encoding="utf-8")
+  (tmp_path / "seg.yaml").write_text("path: seg\ntrain: images/train\nnames:\n  0: cat\n"
+                                     "  1: dog\n", encoding="utf-8")
+  output = str(tmp_path / "out")
+  run = bad_data.convert(["--format=yolo", f"--input={tmp_path / 'seg.yaml'}", "--output",
+                          output, "--include-masks"])
+  assert run.code == 0
+  assert "image/object/mask" in run.manifest["features"]
+  [decoded] = map(decode_like_official, _shard_records(output))
+  assert decoded["classes"] == [1, 2] and decoded["masks"].shape == (2, H, W)
+  for mask, polygon in zip(decoded["masks"], (triangle, square)):
+    pixels = [v * (W if i % 2 == 0 else H) for i, v in enumerate(polygon)]
+    np.testing.assert_array_equal(mask.astype(np.uint8),
+                                  masks.rasterize_polygon(pixels, W, H))
+    assert mask.sum() > 0
+  assert [e["reason"] for e in run.errors] == ["missing_segmentation"]
+  # without --include-masks the same labels give three boxes and no mask
+  plain = bad_data.convert(["--format=yolo", f"--input={tmp_path / 'seg.yaml'}", "--output",
+                            str(tmp_path / "plain")])
+  assert plain.code == 0 and "image/object/mask" not in plain.manifest["features"]
+  assert plain.manifest["totals"]["objects"] == 3
+
+
+def test_polygon_json_round_trip():
+  text = masks.polygon_json([0.0, 0.0, 1.0, 0.0, 1.0, 1.0], normalized=True)
+  np.testing.assert_array_equal(masks.from_json(text, 8, 4),
+                                masks.rasterize_polygon([0, 0, 8, 0, 8, 4], 8, 4))
+  with pytest.raises(InputError):
+    masks.from_json(masks.polygon_json([0.0, 0.0, 1.0]), 8, 4)
