@@ -321,3 +321,39 @@ def test_coco_objects_ids_for_sources_without_them():
   assert {e["image_id"].int64_list.value[0] for e in examples} == {coco_objects.image_id(ann)}
   assert list(examples[1]["bbox"].float_list.value) == [0, 0, 10, 10]  # clipped
   assert first.clipped == 1
+
+
+@pytest.mark.parametrize("option", ["od-api", "classification", "tutorial", "coco-objects"])
+def test_every_registered_schema_takes_feature_names(option):
+  """--feature-names goes through the registry (schemas.Schema) to every schema's encode, and
+  the feature spec the manifest records has the same final names as the records."""
+  from beam_tfrecord import images, schemas
+  from beam_tfrecord.encode import EncodeOptions
+  from beam_tfrecord.model import Box, ImageAnnotation, ObjectAnnotation
+  ann = ImageAnnotation(key="a.jpg", uri="", source_id="7", source="x", objects=(
+      ObjectAnnotation("cat", Box(1, 2, 11, 22)),))
+  prepared = images.prepare(bd.jpeg((64, 48)))
+  spec = schemas.get(option).feature_spec
+  old = sorted(spec)[0]
+  options = EncodeOptions(schema=option, renames=((old, "renamed"),))
+  schema = schemas.from_options(options)
+  assert "renamed" in schema.feature_spec and old not in schema.feature_spec
+  encoded = schema.encode(ann, prepared, {"cat": 1}, options)
+  assert encoded.records and all("renamed" in _keys(r) and old not in _keys(r)
+                                 for r in encoded.records)
+  assert all(_keys(r) <= set(schema.feature_spec) for r in encoded.records)
+
+
+def test_verify_and_summary_for_per_object_and_tutorial_outputs(coco_objects_run, classified,
+                                                                 dataset):
+  """`verify` reads each schema through the manifest's features; the summary counts records
+  (not images) when a schema writes one record per object."""
+  from beam_tfrecord import output as outputs
+  from beam_tfrecord import verify
+  for run in (coco_objects_run, _convert_tutorial(classified, "verified")):
+    total, problems, _ = verify.check(run.output)
+    assert problems == [] and total == run.manifest["totals"]["examples"]
+  totals = coco_objects_run.manifest["totals"]
+  assert totals["images"] == len(dataset.images) != totals["examples"]
+  text = outputs.summary(coco_objects_run.manifest, coco_objects_run.output)
+  assert f"records {totals['examples']} (of {totals['images']} images)" in text
