@@ -29,6 +29,8 @@ setup(
         "pyyaml>=6",            # YOLO data.yaml
         "protobuf>=4.21",
         "rich>=13",             # progress line on terminals
+        "pycocotools>=2.0.7",   # --include-masks: COCO polygon/RLE rasterization (the reference)
+        "numpy>=1.24",
     ],
     extras_require={
         "plots": ["matplotlib>=3.7"],  # beam-tfrecord inspect --plot

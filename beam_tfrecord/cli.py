@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 from beam_tfrecord import __version__, paths, sharding
 from beam_tfrecord.encode import DEFAULT_MAX_IMAGE_BYTES
 from beam_tfrecord.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
-from beam_tfrecord.images import DEFAULT_MAX_PIXELS
+from beam_tfrecord.images import DEFAULT_JPEG_QUALITY, DEFAULT_MAX_PIXELS, IMAGE_FORMATS
 from beam_tfrecord.orientation import EXIF_FRAMES
 from beam_tfrecord.pipeline import FORMATS, SCHEMAS, SINKS, ConvertConfig
 from beam_tfrecord.progress import Progress
@@ -75,7 +75,10 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       "default for box sources; classification: image/encoded, "
                       "image/class/label (ids 0..N-1 in sorted name order, names in "
                       "labels.txt), image/class/text ..., the default for class folders and "
-                      "classification CSV listings")
+                      "classification CSV listings; tutorial: height, width, depth, label, "
+                      "image_raw (the TF TFRecord tutorial; one class per image); coco-objects: "
+                      "one record per object (image, path, area, bbox, category_id, id, "
+                      "image_id; JPEG)")
   parser.add_argument("--split", metavar="NAME=FRAC,...",
                       help="assign splits by a hash of each image's key, e.g. "
                       "train=0.8,val=0.1,test=0.1 (deterministic). Default: splits from the "
@@ -86,6 +89,16 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   shards.add_argument("--shard-size-mb", type=float, metavar="MB",
                       help=f"target shard size; shards per split = ceil(image bytes / MB). "
                       f"Default {sharding.DEFAULT_SHARD_SIZE_MB:g}")
+  shards.add_argument("--records-per-shard", type=int, metavar="N",
+                      help="fill shards in key order with at most N records each (records, not "
+                      "images: per-object schemas write several per image, never split "
+                      "across shards)")
+  parser.add_argument("--shard-name-template", metavar="TEMPLATE",
+                      default=sharding.DEFAULT_SHARD_NAME_TEMPLATE,
+                      help="shard file names, a Python format string with {split}, {index} "
+                      "(0-based), {num_shards} and {count} (records in the file). Default "
+                      f"{sharding.DEFAULT_SHARD_NAME_TEMPLATE.replace('%', '%%')!r}. Two "
+                      "shards of the same name are an error before anything is written")
   parser.add_argument("--sink", choices=SINKS, default="shards",
                       help="shards (default): our writer, flat memory and deterministic "
                       "output; beam: Beam's WriteToTFRecord, for runners with a cheap shuffle")
@@ -123,6 +136,28 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   parser.add_argument("--verify-images", action="store_true",
                       help="fully decode every JPEG/PNG to reject corrupt ones (slower); by "
                       "default only the header and the end marker are checked")
+  parser.add_argument("--feature-names", metavar="OLD=NEW,...",
+                      help="rename keys of the schema, e.g. depth=channels,image_raw=image "
+                      "(the TF1 writers' names); manifest.json records the final names")
+  parser.add_argument("--include-masks", action="store_true",
+                      help="coco, yolo: rasterize each object's segmentation (COCO polygons or "
+                      "RLE, crowd regions included; YOLO segmentation polygons) into "
+                      "image/object/mask (od-api), one PNG of 0/1 at the image's size per "
+                      "object, as the official converter's --include_masks does")
+  size = parser.add_mutually_exclusive_group()
+  size.add_argument("--max-side", type=int, metavar="N",
+                    help="scale images down (aspect ratio kept) so that the longest side is at "
+                    "most N pixels; smaller images are left as they are")
+  size.add_argument("--resize", metavar="WxH",
+                    help="stretch every image to W x H pixels (like Roboflow's resize). Boxes "
+                    "stay correct: normalized ones are unchanged, pixel values are scaled")
+  parser.add_argument("--image-format", choices=IMAGE_FORMATS, default="keep",
+                      help="keep (default: JPEG/PNG as they are, other formats as PNG), jpeg or "
+                      "png. Images already in the format and within the size limits are "
+                      "copied byte for byte")
+  parser.add_argument("--jpeg-quality", type=int, default=DEFAULT_JPEG_QUALITY, metavar="Q",
+                      help=f"quality of JPEGs this tool encodes (1-100, default "
+                      f"{DEFAULT_JPEG_QUALITY}); copied JPEGs keep theirs")
   parser.add_argument("--max-image-bytes", type=int, default=DEFAULT_MAX_IMAGE_BYTES,
                       metavar="N", help="reject image files larger than N bytes (checked with a "
                       f"stat, before reading). Default {DEFAULT_MAX_IMAGE_BYTES} (256 MB)")
@@ -456,7 +491,11 @@ def _config(args: argparse.Namespace) -> ConvertConfig:
       overwrite=args.overwrite, max_error_rate=0.0 if args.strict else args.max_error_rate,
       max_pixels=args.max_pixels, exif_frame=args.exif_frame, verify_images=args.verify_images,
       max_image_bytes=args.max_image_bytes, image_sets=args.image_sets,
-      schema=args.schema, follow_symlinks=args.follow_symlinks)
+      schema=args.schema, follow_symlinks=args.follow_symlinks,
+      include_masks=args.include_masks, max_side=args.max_side, resize=args.resize,
+      image_format=args.image_format, jpeg_quality=args.jpeg_quality,
+      records_per_shard=args.records_per_shard, shard_name_template=args.shard_name_template,
+      feature_names=args.feature_names)
 
 
 def _demo(args, beam_args: Sequence[str]) -> int:

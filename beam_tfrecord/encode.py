@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import List, Mapping, Optional
+from typing import List, Mapping, Optional, Tuple
 
-from beam_tfrecord import images, orientation
+from beam_tfrecord import images, masks, orientation
 from beam_tfrecord.paths import is_remote
-from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
+from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord import schemas
 
 
@@ -25,11 +25,14 @@ class EncodeOptions:
   verify_images: bool = False               # fully decode JPEG/PNG, not just check structure
   max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES  # larger files are rejected before reading
   schema: str = schemas.DEFAULT             # schemas.REGISTRY key
+  include_masks: bool = False               # rasterize segmentations into image/object/mask
+  preprocess: images.Preprocess = images.Preprocess()  # resize / re-encode at conversion time
+  renames: Tuple[Tuple[str, str], ...] = ()  # --feature-names, (old, new) pairs
 
 
 @dataclasses.dataclass
 class Converted:
-  records: Optional[List[bytes]]   # None when the image was rejected
+  records: Optional[List[bytes]]   # None when the image was rejected; per-object: 0..n
   labels: List[str]
   clipped: int
   reoriented: bool
@@ -74,13 +77,15 @@ def read_bytes(uri: str, limit: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
 
 
 def _in_displayed_frame(ann: ImageAnnotation, prepared: images.PreparedImage,
-                        options: EncodeOptions, errors: List[ErrorRecord]) -> ImageAnnotation:
-  """Put the boxes in the frame of the written image; report a size that disagrees."""
+                        options: EncodeOptions, errors: List[ErrorRecord]
+                        ) -> Tuple[ImageAnnotation, str]:
+  """Put the boxes in the frame of the written image; report a size that disagrees.
+  Returns the annotation and the frame its coordinates were given in."""
   src = prepared.source
   frame = orientation.boxes_frame(src.orientation, (src.width, src.height),
                                   (ann.width, ann.height), options.exif_frame)
-  expected = (src.width, src.height) if frame == "stored" else (
-      prepared.info.width, prepared.info.height)
+  expected = (src.width, src.height) if frame == "stored" else orientation.displayed_size(
+      src.orientation, src.width, src.height)
   if ((ann.width is not None and ann.width != expected[0]) or
       (ann.height is not None and ann.height != expected[1])):
     errors.append(ErrorRecord(
@@ -88,10 +93,47 @@ def _in_displayed_frame(ann: ImageAnnotation, prepared: images.PreparedImage,
         message=f"annotation says {ann.width}x{ann.height}, image header says "
         f"{expected[0]}x{expected[1]}; the header is used"))
   if frame == "displayed" or src.orientation == 1:
-    return ann
+    return ann, frame
   objects = tuple(dataclasses.replace(o, box=orientation.to_displayed(
       o.box, src.orientation, src.width, src.height)) for o in ann.objects)
-  return ann.replace(objects=objects)
+  return ann.replace(objects=objects), frame
+
+
+def _scaled(ann: ImageAnnotation, prepared: images.PreparedImage) -> ImageAnnotation:
+  """Boxes and areas of the upright source image -> pixels of the written (resized) image.
+  Normalized boxes are unchanged by this; `area` (pixels) scales by sx * sy."""
+  src = prepared.source
+  shown = orientation.displayed_size(src.orientation, src.width, src.height)
+  sx, sy = prepared.info.width / shown[0], prepared.info.height / shown[1]
+  if (sx, sy) == (1.0, 1.0):
+    return ann
+  return ann.replace(objects=tuple(dataclasses.replace(
+      o, box=Box(o.box.xmin * sx, o.box.ymin * sy, o.box.xmax * sx, o.box.ymax * sy),
+      area=None if o.area is None else o.area * sx * sy) for o in ann.objects))
+
+
+def _with_masks(ann: ImageAnnotation, prepared: images.PreparedImage, frame: str,
+                errors: List[ErrorRecord]) -> ImageAnnotation:
+  """Rasterize each object's segmentation in the frame its coordinates are in, then move the
+  mask as the image was moved (upright, resized). An unreadable segmentation drops its object
+  (an object-level error), so masks and boxes stay aligned."""
+  src = prepared.source
+  if frame == "stored":
+    size, turn = (src.width, src.height), src.orientation
+  else:
+    size, turn = orientation.displayed_size(src.orientation, src.width, src.height), 1
+  final = (prepared.info.width, prepared.info.height)
+  objects = []
+  for obj in ann.objects:
+    try:
+      mask = masks.transform(masks.from_json(obj.segmentation, *size), turn, final)
+    except InputError as e:
+      errors.append(ErrorRecord(
+          source=ann.source, stage=e.stage, reason=e.reason, key=ann.key, level="object",
+          message=f"{obj.label!r} (annotation id {obj.id}): {e.message}"))
+      continue
+    objects.append(dataclasses.replace(obj, segmentation=None, mask=masks.encode_png(mask)))
+  return ann.replace(objects=tuple(objects))
 
 
 def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
@@ -100,8 +142,11 @@ def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
   errors: List[ErrorRecord] = []
   try:
     prepared = images.prepare(read_bytes(ann.uri, options.max_image_bytes), options.max_pixels,
-                              options.verify_images)
-    ann = _in_displayed_frame(ann, prepared, options, errors)
+                              options.verify_images, options.preprocess)
+    ann, frame = _in_displayed_frame(ann, prepared, options, errors)
+    if options.include_masks:
+      ann = _with_masks(ann, prepared, frame, errors)
+    ann = _scaled(ann, prepared)
     encoded = schemas.from_options(options).encode(ann, prepared, label_map, options)
   except InputError as e:
     return Converted(None, [], 0, False, errors + [e.record(ann.source, ann.key)])

@@ -31,6 +31,11 @@ class ObjectAnnotation:
   difficult: Optional[bool] = None
   truncated: Optional[bool] = None
   pose: Optional[str] = None
+  id: Optional[int] = None                # the source's annotation id (COCO `id`)
+  # COCO segmentation as compact JSON (masks.to_json): only carried with --include-masks,
+  # since these records go through shuffles. Rasterized into `mask` (PNG) by the writer.
+  segmentation: Optional[str] = None
+  mask: Optional[bytes] = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -278,12 +278,17 @@ def pending_swap(output: str) -> Optional[Dict]:
 
 def summary(manifest: Dict, output: str, seconds: Optional[float] = None) -> str:
   totals, errors = manifest["totals"], manifest["errors"]
+  # a schema writing one record per object (or none for some images): say records, not images
+  per_image = totals.get("images", totals["examples"]) == totals["examples"]
+  count = "images" if per_image else "records"
   lines = [f"beam-tfrecord {manifest['version']}: {manifest['format']} -> {output}"]
-  lines.append(f"  {'split':<12}{'images':>9}{'objects':>10}{'shards':>8}{'MB':>10}")
+  lines.append(f"  {'split':<12}{count:>9}{'objects':>10}{'shards':>8}{'MB':>10}")
   for split, entry in manifest["splits"].items():
     lines.append(f"  {split:<12}{entry['examples']:>9}{entry['objects']:>10}"
                  f"{entry['num_shards']:>8}{entry['bytes'] / 1e6:>10.2f}")
-  lines.append(f"  images {totals['examples']}, objects {totals['objects']}, classes "
+  written = (f"images {totals['examples']}" if per_image else
+             f"records {totals['examples']} (of {totals['images']} images)")
+  lines.append(f"  {written}, objects {totals['objects']}, classes "
                f"{len(manifest['label_map'])}, shards "
                f"{sum(e['num_shards'] for e in manifest['splits'].values())}, clipped boxes "
                f"{totals['clipped_boxes']}, errors {errors['count']}"

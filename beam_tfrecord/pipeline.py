@@ -6,7 +6,7 @@ import datetime
 import json
 import posixpath
 import uuid
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -14,14 +14,17 @@ from apache_beam.metrics import Metrics
 import beam_tfrecord
 from beam_tfrecord import label_map as label_maps
 from beam_tfrecord import card
+from beam_tfrecord import images as imaging
 from beam_tfrecord import lock as locks
 from beam_tfrecord import output as outputs
 from beam_tfrecord import paths, progress, schemas, sharding
 from beam_tfrecord.boxes import BBOX_POLICIES
+from beam_tfrecord import encode
 from beam_tfrecord.encode import EncodeOptions
 from beam_tfrecord.images import DEFAULT_MAX_PIXELS
 from beam_tfrecord.encode import DEFAULT_MAX_IMAGE_BYTES
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
+from beam_tfrecord.errors import UsageError
 from beam_tfrecord.orientation import EXIF_FRAMES
 from beam_tfrecord.sink import WriteShards, WriteWithBeamSink, merge_stats, new_stats
 from beam_tfrecord.sources import SourceOutput, coco, folders, yolo
@@ -35,6 +38,7 @@ from beam_tfrecord.sources.yolo import ReadYolo
 FORMATS = ("auto", "coco", "voc", "csv", "yolo", "folders")
 SCHEMAS = tuple(schemas.REGISTRY)
 SINKS = ("shards", "beam")
+MASK_FORMATS = ("coco", "yolo")  # formats whose annotations carry segmentations
 DEFAULT_SPLIT = "train"
 MANIFEST = outputs.MANIFEST
 LABEL_MAP = outputs.LABEL_MAP
@@ -69,12 +73,36 @@ class ConvertConfig:
   source_fingerprint: Optional[Dict[str, Any]] = None  # set by convert --if-changed
   schema: Optional[str] = None            # None: classification for image-level sources
   follow_symlinks: bool = False
+  include_masks: bool = False
+  max_side: Optional[int] = None          # preprocessing (images.Preprocess)
+  resize: Optional[str] = None            # 'WxH'
+  image_format: str = "keep"
+  jpeg_quality: int = imaging.DEFAULT_JPEG_QUALITY
+  records_per_shard: Optional[int] = None
+  feature_names: Optional[str] = None     # 'OLD=NEW,...'
+  shard_name_template: str = sharding.DEFAULT_SHARD_NAME_TEMPLATE
+
+  def schema_option(self) -> str:
+    return self.schema or schemas.DEFAULT
+
+  def renames(self) -> Dict[str, str]:
+    """--feature-names checked against the schema's keys (UsageError when wrong)."""
+    spec = schemas.get(self.schema_option()).with_masks(self.include_masks).feature_spec
+    return schemas.parse_feature_names(self.feature_names, spec)
 
   def encode_options(self) -> EncodeOptions:
+    schema = schemas.get(self.schema_option())
+    # a schema whose readers decode one format (coco-objects: JPEG) turns 'keep' into it
+    image_format = (schema.image_format if schema.image_format and self.image_format == "keep"
+                    else self.image_format)
     return EncodeOptions(bbox_policy=self.bbox_policy, max_pixels=self.max_pixels,
                          exif_frame=self.exif_frame, verify_images=self.verify_images,
-                         max_image_bytes=self.max_image_bytes,
-                         schema=self.schema or schemas.DEFAULT)
+                         max_image_bytes=self.max_image_bytes, include_masks=self.include_masks,
+                         preprocess=imaging.Preprocess(
+                             max_side=self.max_side,
+                             resize=imaging.parse_size(self.resize) if self.resize else None,
+                             image_format=image_format, jpeg_quality=self.jpeg_quality),
+                         schema=schema.option, renames=tuple(sorted(self.renames().items())))
 
   def validate(self) -> None:
     if self.format not in FORMATS:
@@ -93,6 +121,16 @@ class ConvertConfig:
       raise ValueError("give --num-shards or --shard-size-mb, not both")
     if self.shard_size_mb is not None and self.shard_size_mb <= 0:
       raise ValueError("--shard-size-mb must be positive")
+    if self.records_per_shard is not None and (
+        self.records_per_shard < 1 or self.num_shards or self.shard_size_mb):
+      raise ValueError("--records-per-shard must be at least 1, without --num-shards or "
+                       "--shard-size-mb")
+    if self.sink == "beam" and (self.records_per_shard or self.shard_name_template !=
+                                sharding.DEFAULT_SHARD_NAME_TEMPLATE):
+      raise ValueError("--records-per-shard and --shard-name-template need --sink shards "
+                       "(Beam's WriteToTFRecord names and fills its shards itself)")
+    if self.shard_name_template != sharding.DEFAULT_SHARD_NAME_TEMPLATE:
+      sharding.template_fields(self.shard_name_template)
     if self.split:
       sharding.parse_split_fractions(self.split)
     for item in list(self.inputs) + list(self.images):
@@ -116,6 +154,35 @@ class ConvertConfig:
     if self.schema is not None:
       schemas.get(self.schema)
     parse_column_map(self.csv_columns)
+    if self.max_side is not None and self.resize:
+      raise ValueError("give --max-side or --resize, not both")
+    if self.max_side is not None and self.max_side < 1:
+      raise ValueError("--max-side must be at least 1")
+    if self.resize:
+      imaging.parse_size(self.resize)
+    if self.image_format not in imaging.IMAGE_FORMATS:
+      raise ValueError(f"--image-format must be one of {', '.join(imaging.IMAGE_FORMATS)}")
+    if not 1 <= self.jpeg_quality <= 100:
+      raise ValueError("--jpeg-quality must be within 1..100")
+
+  def check_resolved(self) -> None:
+    """The checks that need the format and the schema decided (see resolve): UsageError."""
+    schema = schemas.get(self.schema_option())
+    if self.include_masks and not schema.masks:
+      raise UsageError(f"--include-masks writes image/object/mask of the {schemas.DEFAULT} "
+                       f"schema, not {schema.option}")
+    if self.include_masks and self.format not in MASK_FORMATS:
+      raise UsageError(f"--include-masks needs segmentations: format {self.format} has none "
+                       f"(use one of {', '.join(MASK_FORMATS)})")
+    if schema.image_format and self.image_format not in ("keep", schema.image_format):
+      raise UsageError(f"--schema {schema.option} writes {schema.image_format.upper()} (what "
+                       f"its readers decode); --image-format {self.image_format} does not fit "
+                       "it")
+    self.renames()
+    if self.shard_name_template != sharding.DEFAULT_SHARD_NAME_TEMPLATE:
+      splits = possible_splits(self)
+      sharding.check_template(self.shard_name_template, splits, self.num_shards)
+      sharding.check_names(self.shard_name_template, splits, self.num_shards)
 
   def split_fractions(self) -> Optional[Dict[str, float]]:
     return sharding.parse_split_fractions(self.split) if self.split else None
@@ -147,6 +214,26 @@ def _file_inputs(config: ConvertConfig) -> List[Tuple[Optional[str], str, str]]:
   return result
 
 
+def possible_splits(config: ConvertConfig) -> Optional[set]:
+  """The splits a run can produce, when known before reading the data (None: a CSV's split
+  column can name any; YOLO and class folders are not looked at here)."""
+  if config.split:
+    return set(config.split_fractions())
+  if config.format == "coco":
+    return {split or DEFAULT_SPLIT for split, _, _ in _file_inputs(config)}
+  if config.format == "voc":
+    from beam_tfrecord.sources import voc
+    assigned = [paths.parse_assignment(item) for item in config.inputs]
+    if len(assigned) != 1 or assigned[0][0]:
+      return {split or DEFAULT_SPLIT for split, _ in assigned}
+    if config.image_sets:
+      return set(voc.split_names(voc.parse_image_sets(config.image_sets)))
+    if voc.is_flat(config.inputs[0]):
+      return {DEFAULT_SPLIT}
+    return set(voc.split_names(voc.split_files(config.inputs[0]))) or {DEFAULT_SPLIT}
+  return None
+
+
 def resolve(config: ConvertConfig) -> ConvertConfig:
   """A config with --format auto decided (detect.py) and the schema chosen: classification
   for image-level sources (class folders, classification CSV listings), else od-api.
@@ -161,6 +248,10 @@ def resolve(config: ConvertConfig) -> ConvertConfig:
         for _, uri, _ in _file_inputs(config)))
     config = dataclasses.replace(config, schema="classification" if image_level
                                  else schemas.DEFAULT)
+  try:
+    config.check_resolved()
+  except ValueError as e:
+    raise UsageError(str(e)) from None
   return config
 
 
@@ -171,7 +262,8 @@ def read_source(root, config: ConvertConfig) -> Tuple[SourceOutput, List[str]]:
   if config.format == "coco":
     inputs = _file_inputs(config)
     return (root | "ReadCoco" >> ReadCoco(inputs, allow, follow,
-                                          drop_background=not config.label_map),
+                                          drop_background=not config.label_map,
+                                          include_masks=config.include_masks),
             sorted({s for s, _, _ in inputs if s}))
   if config.format == "csv":
     inputs = _file_inputs(config)
@@ -181,7 +273,8 @@ def read_source(root, config: ConvertConfig) -> Tuple[SourceOutput, List[str]]:
   assigned = [paths.parse_assignment(item) for item in config.inputs]
   if config.format == "yolo":
     datasets = [yolo.load(uri, split) for split, uri in assigned]
-    source = root | "ReadYolo" >> ReadYolo(datasets, first_id, allow, follow)
+    source = root | "ReadYolo" >> ReadYolo(datasets, first_id, allow, follow,
+                                           include_masks=config.include_masks)
     return source, sorted({s for d in datasets for s, _ in d.splits})
   if config.format == "folders":
     reader = ReadFolders(assigned, first_id, allow, follow)
@@ -259,22 +352,35 @@ class PrepareImages(beam.PTransform):
 class PlanShards(beam.PTransform):
   """PCollection[ImageAnnotation] (split and size set) -> PCollection[(split, SplitPlan)].
 
-  Also records each split's planned image count in the staging directory, once, for the
-  progress line (progress.py); upstream of every write, so it never outlives the run.
+  With `records_per_shard`, shards are cut by the records each image will make
+  (`planned_records(image)`, from the schema) instead of by bytes. Also records each split's
+  planned image count in the run directory, once, for the progress line (progress.py);
+  upstream of every write, so it never outlives the run.
   """
 
-  def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float], staging: str):
+  def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float], staging: str,
+               records_per_shard: Optional[int] = None,
+               planned_records: Optional[Callable[[ImageAnnotation], int]] = None):
     super().__init__()
     self.num_shards, self.shard_size_mb, self.staging = num_shards, shard_size_mb, staging
+    self.records_per_shard, self.planned_records = records_per_shard, planned_records
 
   def expand(self, images):
+    by_records, planned_records = self.records_per_shard, self.planned_records
+
+    def key_and_size(a: ImageAnnotation):
+      if by_records:
+        return a.split, (a.key, a.size_bytes or 0, planned_records(a))
+      return a.split, (a.key, a.size_bytes or 0)
+
     def plan(split: str, items) -> Tuple[str, sharding.SplitPlan]:
-      result = sharding.plan_split(split, list(items), self.num_shards, self.shard_size_mb)
+      result = sharding.plan_split(split, list(items), self.num_shards, self.shard_size_mb,
+                                   by_records)
       progress.record_planned(self.staging, split, result.count)
       return split, result
 
     return (images
-            | "KeyAndSize" >> beam.Map(lambda a: (a.split, (a.key, a.size_bytes or 0)))
+            | "KeyAndSize" >> beam.Map(key_and_size)
             | "GroupBySplit" >> beam.GroupByKey()
             | "Plan" >> beam.MapTuple(plan))
 
@@ -316,11 +422,11 @@ class BuildLabelMap(beam.PTransform):
             | "Number" >> beam.Map(label_maps.from_names, first_id))
 
 
-def error_rate(examples: int, levels: Mapping[str, int]) -> float:
-  """Rejections per image seen: file, image and object errors over (written + rejected
+def error_rate(images: int, levels: Mapping[str, int]) -> float:
+  """Rejections per image seen: file, image and object errors over (converted + rejected
   images). Warnings (the image was converted) do not count."""
   rejected = sum(n for level, n in levels.items() if level != "warning")
-  seen = examples + levels.get("image", 0)
+  seen = images + levels.get("image", 0)
   return rejected / seen if seen else (1.0 if rejected else 0.0)
 
 
@@ -341,7 +447,7 @@ def _split_entries(stats: Sequence[Dict], beam_files: Sequence[str]) -> Dict[str
   for split, files in sorted(shard_files.items()):
     total = merge_stats(by_split.get(split) or [new_stats(split, None, "")])
     splits[split] = {
-        "examples": total["examples"], "objects": total["objects"],
+        "examples": total["examples"], "images": total["images"], "objects": total["objects"],
         "bytes": sum(f["bytes"] for f in files) if beam_files else total["bytes"],
         "clipped_boxes": total["clipped"], "reoriented_images": total["reoriented"],
         "classes": total["classes"], "shards": files, "num_shards": len(files)}
@@ -389,6 +495,7 @@ class _Finalize(beam.DoFn):
     run_directory = self.run_directory
     if not FileSystems.exists(run_directory) and not paths.is_remote(run_directory):
       FileSystems.mkdirs(run_directory)  # nothing was written: no image, no error
+    _name_shards(run_directory, stats)
     outputs.write_atomic(paths.join(run_directory, LABEL_MAP),
                          label_maps.to_text(label_map).encode())
     schema = schemas.from_options(self.config.encode_options())
@@ -397,10 +504,11 @@ class _Finalize(beam.DoFn):
                            label_maps.to_lines(label_map).encode())
     splits = _split_entries(stats, beam_files)
     totals = {k: sum(e[k] for e in splits.values())
-              for k in ("examples", "objects", "bytes", "clipped_boxes", "reoriented_images")}
+              for k in ("examples", "images", "objects", "bytes", "clipped_boxes",
+                        "reoriented_images")}
     reasons = {k: v for k, v in sorted(error_counts.items()) if not k.startswith("level:")}
     levels = {k[6:]: v for k, v in sorted(error_counts.items()) if k.startswith("level:")}
-    rate = error_rate(totals["examples"], levels)
+    rate = error_rate(totals["images"], levels)  # per image: records may be several or none
     outcome, status = outcome_of(totals, levels, rate, self.config.max_error_rate,
                                  _lost_records(plans, stats))
     if outcome == "ok" and not locks.held_by(self.config.output, self.run_id):
@@ -444,10 +552,31 @@ class _Finalize(beam.DoFn):
     yield manifest
 
 
+def _name_shards(run_directory: str, stats: Sequence[Dict]) -> None:
+  """--shard-name-template: shards were written under unique default names (their final
+  names need {count}); name them inside the run directory, before the manifest lists the
+  run's files, so that output.commit moves them and --overwrite owns them by these names.
+  Idempotent (a retried finalize finds them named)."""
+  from apache_beam.io.filesystems import FileSystems
+  shards = [s for s in stats if s["shard"] is not None]
+  finals = [s["path"] for s in shards]
+  if len(set(finals)) != len(finals):  # a {count} made two names equal: move nothing
+    raise RuntimeError(f"shard names clash after writing: {sorted(finals)}")
+  moves = [(paths.join(run_directory, s["staged"]), paths.join(run_directory, s["path"]))
+           for s in shards if s.get("staged")]
+  moves = [(src, dst) for src, dst in moves if FileSystems.exists(src)]
+  taken = {src for src, _ in moves} & {dst for _, dst in moves}
+  if taken:  # a final name is another shard's staging name: renaming would overwrite it
+    raise RuntimeError(f"shard names clash with staging names: {sorted(taken)}")
+  if moves:
+    FileSystems.rename([src for src, _ in moves], [dst for _, dst in moves])
+
+
 def _lost_records(plans: Mapping[str, sharding.SplitPlan], stats: Sequence[Dict]) -> str:
   """'' when every planned image was written or rejected, else what is missing per split."""
   done: Dict[str, int] = {}
   for s in stats:
+    # images, not examples: a per-object schema writes several records per image
     done[s["split"]] = done.get(s["split"], 0) + s.get("images", s["examples"]) + s["rejected"]
   return ", ".join(f"split {split}: {plan.count} planned, {done.get(split, 0)} written or "
                    f"rejected" for split, plan in sorted(plans.items())
@@ -479,12 +608,24 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   label_map = beam.pvalue.AsSingleton(
       root | "LabelMap" >> BuildLabelMap(source, user_map, schema.first_id))
 
-  plans = images | "Plan" >> PlanShards(config.num_shards, config.shard_size_mb, staging)
+  template = config.shard_name_template
+  custom_names = template != sharding.DEFAULT_SHARD_NAME_TEMPLATE
+  by_records = config.records_per_shard
+  planned_records = schema.planned_records
+  plans = images | "Plan" >> PlanShards(config.num_shards, config.shard_size_mb, staging,
+                                        by_records, planned_records)
+  if custom_names:
+    # The run-time half of the clash check: all plans together, before any shard is written
+    # (the writer waits for this side input). Raises, failing the run with nothing written.
+    plans = (plans
+             | "AllPlans" >> beam.combiners.ToList()
+             | "CheckNames" >> beam.FlatMap(lambda items: sharding.shard_names(
+                 [plan for _, plan in items], template) and items))
   plans_side = beam.pvalue.AsDict(plans)
 
   if config.sink == "shards":
     stats, write_errors = images | "WriteShards" >> WriteShards(
-        staging, label_map, plans_side, options)
+        staging, label_map, plans_side, options, template)
     beam_files = root | "NoBeamFiles" >> beam.Create([])
   else:
     splits = list(fractions) if fractions else (source_splits or [DEFAULT_SPLIT])

@@ -6,7 +6,10 @@ import dataclasses
 import hashlib
 import math
 import re
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+import string
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+from beam_tfrecord.errors import UsageError
 
 DEFAULT_SHARD_SIZE_MB = 150.0
 # Split names become file names (SPLIT-00000-of-00004.tfrecord): no separators, no leading dot.
@@ -81,31 +84,176 @@ def num_shards_for(count: int, total_bytes: int, num_shards: Optional[int],
 
 @dataclasses.dataclass(frozen=True)
 class SplitPlan:
-  """Where each key of a split goes: shard i holds keys in [boundaries[i], boundaries[i+1])."""
+  """Where each key of a split goes: shard i holds keys in [boundaries[i], boundaries[i+1]).
+  records: the records each shard is planned to hold (before any is rejected while writing)."""
   split: str
   num_shards: int
   count: int
   total_bytes: int
   boundaries: Tuple[str, ...]
+  records: Tuple[int, ...] = ()
 
   def shard_of(self, key: str) -> int:
     return max(0, bisect.bisect_right(self.boundaries, key) - 1)
 
 
-def plan_split(split: str, keys_and_sizes: Sequence[Tuple[str, int]],
-               num_shards: Optional[int], shard_size_mb: Optional[float]) -> SplitPlan:
-  """Cut the sorted keys of one split into shards by rank: sizes differ by at most one."""
-  keys = sorted({key for key, _ in keys_and_sizes})
-  total = sum(size or 0 for _, size in keys_and_sizes)
-  n = num_shards_for(len(keys), total, num_shards, shard_size_mb)
-  boundaries = tuple(keys[(i * len(keys)) // n] for i in range(n))
-  return SplitPlan(split=split, num_shards=n, count=len(keys), total_bytes=total,
-                   boundaries=boundaries)
+def _fill_boundaries(keys: Sequence[str], weights: Mapping[str, int],
+                     records_per_shard: int) -> Tuple[str, ...]:
+  """Cut sorted keys into shards of at most records_per_shard records each, in key order.
+  An image's records never straddle two shards (one image with more records than the limit
+  gets a shard of its own)."""
+  boundaries: List[str] = []
+  fill = 0
+  for key in keys:
+    if not boundaries or (fill and fill + weights[key] > records_per_shard):
+      boundaries.append(key)
+      fill = 0
+    fill += weights[key]
+  return tuple(boundaries)
+
+
+def plan_split(split: str, keys_and_sizes: Sequence[Tuple], num_shards: Optional[int],
+               shard_size_mb: Optional[float],
+               records_per_shard: Optional[int] = None) -> SplitPlan:
+  """Cut the sorted keys of one split into shards. Items are (key, size) or (key, size,
+  records), records being what the schema writes for that image (default 1).
+
+  By --num-shards / --shard-size-mb: by rank, shard sizes differ by at most one image.
+  By records_per_shard: filled in key order up to that many records.
+  """
+  weights: Dict[str, int] = {}
+  for key, _, *records in keys_and_sizes:
+    weights[key] = records[0] if records else 1
+  keys = sorted(weights)
+  total = sum(item[1] or 0 for item in keys_and_sizes)
+  if records_per_shard and keys:
+    boundaries = _fill_boundaries(keys, weights, records_per_shard)
+  else:
+    n = num_shards_for(len(keys), total, num_shards, shard_size_mb)
+    boundaries = tuple(keys[(i * len(keys)) // n] for i in range(n))
+  records = [0] * len(boundaries)
+  for key in keys:
+    records[max(0, bisect.bisect_right(boundaries, key) - 1)] += weights[key]
+  return SplitPlan(split=split, num_shards=len(boundaries), count=len(keys), total_bytes=total,
+                   boundaries=boundaries, records=tuple(records))
 
 
 def shard_name(split: str, index: int, num_shards: int, suffix: str = ".tfrecord") -> str:
   """TFDS-style name: train-00003-of-00008.tfrecord (0-based)."""
   return f"{split}-{index:05d}-of-{num_shards:05d}{suffix}"
+
+
+DEFAULT_SHARD_NAME_TEMPLATE = "{split}-{index:05d}-of-{num_shards:05d}.tfrecord"
+TEMPLATE_FIELDS = ("split", "index", "num_shards", "count")
+
+
+def template_fields(template: str) -> Set[str]:
+  """The fields a --shard-name-template uses; UsageError when it cannot name files."""
+  try:
+    parsed = list(string.Formatter().parse(template))
+  except ValueError as e:
+    raise UsageError(f"--shard-name-template {template!r}: {e}") from None
+  fields = set()
+  for _, field, spec, conversion in parsed:
+    if field is None:
+      continue
+    if field not in TEMPLATE_FIELDS:
+      raise UsageError(f"--shard-name-template {template!r}: unknown field {{{field}}}; the "
+                       f"fields are {', '.join('{%s}' % f for f in TEMPLATE_FIELDS)}")
+    fields.add(field)
+  try:
+    sample = format_shard_name(template, "train", 1, 2, 3)
+  except (ValueError, TypeError) as e:
+    raise UsageError(f"--shard-name-template {template!r}: {e}") from None
+  if "/" in sample or "\\" in sample or sample.startswith(".") or not sample.strip():
+    raise UsageError(f"--shard-name-template {template!r} must give plain file names (no "
+                     "directories, not starting with '.'), e.g. "
+                     f"{DEFAULT_SHARD_NAME_TEMPLATE!r}")
+  return fields
+
+
+def format_shard_name(template: str, split: str, index: int, num_shards: int,
+                      count: int) -> str:
+  return template.format(split=split, index=index, num_shards=num_shards, count=count)
+
+
+def check_template(template: str, splits: Optional[Set[str]], num_shards: Optional[int]) -> None:
+  """Build-time half of the clash check: UsageError when two shards would certainly (or, with
+  splits unknown until the data is read, possibly) get one name. {count} never tells shards
+  apart: it is only known once a shard is written."""
+  fields = template_fields(template)
+  if "index" not in fields and num_shards != 1:
+    raise UsageError(f"--shard-name-template {template!r} has no {{index}}: the shards of a "
+                     "split would share one name (only --num-shards 1 allows that)")
+  if "split" not in fields and (splits is None or len(splits) > 1):
+    known = f"the splits {sorted(splits)}" if splits else "splits found in the data"
+    raise UsageError(f"--shard-name-template {template!r} has no {{split}}: {known} would "
+                     "give shards of the same name")
+
+
+# Names the run directory holds besides shards (pipeline.MANIFEST, LABEL_MAP, LABELS_TXT and
+# the error report): a shard may not take one of them.
+RESERVED_NAMES = ("manifest.json", "label_map.pbtxt", "labels.txt")
+_ERROR_FILE = re.compile(r"^errors-\d{5}-of-\d{5}\.jsonl$")
+MAX_ENUMERATED_SHARDS = 256  # check_names enumerates names up to this many shards per split
+
+
+def reserved(name: str) -> bool:
+  return name in RESERVED_NAMES or bool(_ERROR_FILE.match(name))
+
+
+def check_names(template: str, splits: Optional[Set[str]], num_shards: Optional[int]) -> None:
+  """Build-time check by enumeration, when the splits and --num-shards are known and the
+  template has no {count}: UsageError when two shards could get one name (a split gets at
+  most --num-shards shards, fewer when it has fewer images) or a shard a reserved name.
+  Otherwise the plan step checks the real names before anything is written (shard_names)."""
+  if not splits or not num_shards or "count" in template_fields(template):
+    return
+  if num_shards > MAX_ENUMERATED_SHARDS:
+    return
+  owners: Dict[str, str] = {}
+  for split in sorted(splits):
+    mine: Set[str] = set()
+    for n in range(1, num_shards + 1):
+      names = [format_shard_name(template, split, i, n, 0) for i in range(n)]
+      if len(set(names)) != n:
+        raise UsageError(f"--shard-name-template {template!r} gives two shards of split "
+                         f"{split!r} the same name with {n} shards")
+      mine.update(names)
+      if "num_shards" not in template_fields(template):
+        mine = set(format_shard_name(template, split, i, num_shards, 0)
+                   for i in range(num_shards))
+        break
+    for name in sorted(mine):
+      if reserved(name):
+        raise UsageError(f"--shard-name-template {template!r} names a shard {name!r}, a file "
+                         "of the run's own")
+      if name in owners:
+        raise UsageError(f"--shard-name-template {template!r} can give shards of splits "
+                         f"{owners[name]!r} and {split!r} the same name {name!r}")
+      owners[name] = split
+
+
+def shard_names(plans: Sequence[SplitPlan], template: str) -> Dict[Tuple[str, int], str]:
+  """{(split, index): file name} with the planned record counts; ValueError naming the
+  clashes when two shards get the same name (checked before anything is written)."""
+  names: Dict[Tuple[str, int], str] = {}
+  owners: Dict[str, Tuple[str, int]] = {}
+  clashes = []
+  for plan in sorted(plans, key=lambda p: p.split):
+    for index in range(plan.num_shards):
+      name = format_shard_name(template, plan.split, index, plan.num_shards,
+                               plan.records[index] if plan.records else 0)
+      if reserved(name):
+        clashes.append(f"{name!r} for shard {(plan.split, index)}, a file of the run's own")
+      if name in owners:
+        clashes.append(f"{name!r} for shard {owners[name]} and {(plan.split, index)}")
+      owners[name] = (plan.split, index)
+      names[(plan.split, index)] = name
+  if clashes:
+    raise ValueError(f"--shard-name-template {template!r} gives shards the same name: "
+                     f"{'; '.join(clashes[:5])}; nothing was written")
+  return names
 
 
 def shard_lengths(count: int, num_shards: int) -> List[int]:

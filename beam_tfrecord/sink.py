@@ -60,9 +60,11 @@ def merge_stats(items: Iterable[Dict]) -> Dict:
 class _WriteShard(beam.DoFn):
   """((split, shard), [ImageAnnotation]) -> shard stats; errors to the 'errors' output."""
 
-  def __init__(self, staging: str, options: EncodeOptions):
+  def __init__(self, staging: str, options: EncodeOptions,
+               template: str = sharding.DEFAULT_SHARD_NAME_TEMPLATE):
     self.staging = staging
     self.options = options
+    self.template = template
     self.images = Metrics.counter("beam_tfrecord", "images_written")
     self.rejected = Metrics.counter("beam_tfrecord", "images_rejected")
 
@@ -84,7 +86,7 @@ class _WriteShard(beam.DoFn):
           self.rejected.inc()
           stats["rejected"] += 1
           continue
-        for record in result.records:
+        for record in result.records:  # one image's records stay together, in order
           _TFRecordUtil.write_record(f, record)
         self.images.inc()
         add_example(stats, result)
@@ -92,6 +94,12 @@ class _WriteShard(beam.DoFn):
     done.close()
     kill_point("write")
     stats["bytes"] = paths.size_of(final)
+    # The file's final name (--shard-name-template; {count} is known only now). It keeps its
+    # unique staging name until the finalize step moves it there.
+    named = sharding.format_shard_name(self.template, split, shard, plans[split].num_shards,
+                                       stats["examples"])
+    if named != name:
+      stats["path"], stats["staged"] = named, name
     stats["classes"] = dict(sorted(stats["classes"].items()))
     yield stats
     for error in errors:
@@ -102,21 +110,24 @@ class WriteShards(beam.PTransform):
   """PCollection[ImageAnnotation] (with split) -> (PCollection[shard stats], PCollection[errors]).
 
   Side inputs: label_map ({name: id}, singleton) and plans ({split: SplitPlan}). Writes
-  STAGING/SPLIT-SSSSS-of-NNNNN.tfrecord, examples sorted by key, byte-identical across runs.
+  STAGING/SPLIT-SSSSS-of-NNNNN.tfrecord, examples sorted by key, byte-identical across runs;
+  a stats entry's `path` is the name from `template`, `staged` the staging name if different.
   """
 
-  def __init__(self, staging: str, label_map, plans, options: EncodeOptions):
+  def __init__(self, staging: str, label_map, plans, options: EncodeOptions,
+               template: str = sharding.DEFAULT_SHARD_NAME_TEMPLATE):
     super().__init__()
     self.staging, self.label_map, self.plans = staging, label_map, plans
     self.options = options
+    self.template = template
 
   def expand(self, anns):
     written = (anns
                | "KeyByShard" >> beam.Map(
                    lambda a, plans: ((a.split, plans[a.split].shard_of(a.key)), a), self.plans)
                | "GroupByShard" >> beam.GroupByKey()
-               | "Write" >> beam.ParDo(_WriteShard(self.staging, self.options),
-                                       self.label_map, self.plans).with_outputs(
+               | "Write" >> beam.ParDo(_WriteShard(self.staging, self.options,
+                                                   self.template), self.label_map, self.plans).with_outputs(
                                            "errors", main="stats"))
     return written.stats, written.errors
 

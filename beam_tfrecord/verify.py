@@ -3,7 +3,8 @@
 Checks, in order: no interrupted replacement; a manifest with status ok; every listed file
 present; each shard's byte count, record framing (CRCs) and record count as the manifest says,
 every record parsed with TensorFlow through the manifest's feature spec; no record file the
-manifest does not list; label_map.pbtxt equal to the manifest's label map.
+manifest does not list (named like TFRecords, or by the run's --shard-name-template);
+label_map.pbtxt equal to the manifest's label map.
 """
 from __future__ import annotations
 
@@ -14,6 +15,20 @@ from beam_tfrecord import output as outputs
 from beam_tfrecord import paths
 
 RECORD_FILE = re.compile(r"(\.tfrec|\.tfrecord|\.tfrecords)$|-\d{5}-of-\d{5}")
+
+
+def template_pattern(template: Optional[str]) -> Optional["re.Pattern"]:
+  """A regex matching the names --shard-name-template gives (each field: any text), so
+  that a stray file named like the run's shards is found whatever the template."""
+  import string
+  if not template:
+    return None
+  try:
+    parts = [re.escape(literal) + (".+" if field is not None else "")
+             for literal, field, _, _ in string.Formatter().parse(template)]
+  except ValueError:
+    return None
+  return re.compile("^" + "".join(parts) + "$")
 
 
 def locate_corruption(uri: str) -> Tuple[int, str]:
@@ -85,8 +100,10 @@ def check(output: str, repair: bool = False) -> Tuple[int, List[str], List[str]]
   present = set(outputs.entries(output))
   for name in sorted(listed - present):
     problems.append(f"{name}: listed in the manifest, missing")
+  ours = template_pattern((manifest.get("config") or {}).get("shard_name_template"))
   for name in sorted(present - listed):
-    if not name.startswith(outputs.OWN_PREFIX) and RECORD_FILE.search(name):
+    if not name.startswith(outputs.OWN_PREFIX) and (
+        RECORD_FILE.search(name) or (ours is not None and ours.match(name))):
       problems.append(f"{name}: stray record file, not in the manifest")
   spec = reader.feature_description(manifest)
   total = 0

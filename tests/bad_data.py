@@ -345,7 +345,8 @@ def read_examples(output: str, manifest: Dict) -> List[Dict]:
       example = {k: (v.tolist() if hasattr(v, "tolist") and getattr(v, "ndim", 0) else v)
                  for k, v in example.items()}
       example["split"] = split
-      example["filename"] = record["image/filename"].numpy().decode("utf-8")
+      if "image/filename" in record:  # od-api (other schemas have no file name key)
+        example["filename"] = record["image/filename"].numpy().decode("utf-8")
       result.append(example)
   return result
 

@@ -214,7 +214,8 @@ def test_setup_py_declares_what_the_workers_import():
   provides = {"apache_beam": "apache-beam", "tensorflow": "tensorflow", "PIL": "pillow",
               "pandas": "pandas", "google_crc32c": "google-crc32c", "ijson": "ijson",
               "defusedxml": "defusedxml", "google": "protobuf", "rich": "rich",
-              "numpy": "tensorflow", "yaml": "pyyaml", "matplotlib": "matplotlib"}
+              "numpy": "tensorflow", "yaml": "pyyaml", "pycocotools": "pycocotools",
+              "matplotlib": "matplotlib"}
   # imported inside a function only, for `inspect --plot`: an extra, not a worker requirement
   optional = {"matplotlib": "plots"}
   extras = next(ast.literal_eval(k.value) for node in ast.walk(tree)
@@ -273,6 +274,14 @@ EXAMPLES = {  # a realistic value per template parameter
     "verify_images": "true",
     "overwrite": "true",
     "if_changed": "true",
+    "feature_names": "image_raw=image,depth=channels",
+    "include_masks": "true",
+    "max_side": "640",
+    "resize": "640x640",
+    "image_format": "jpeg",
+    "jpeg_quality": "90",
+    "records_per_shard": "4096",
+    "shard_name_template": "file_{index:02d}-{count}.tfrec",
     "max_image_bytes": "1000000", "image_sets": "train,val", "break_lock": "true",
 }
 

@@ -59,8 +59,17 @@ def test_registry_and_label_files():
   assert schemas.get("od-api").name == "od_api" and schemas.get("od-api").first_id == 1
   assert schemas.get("classification").first_id == 0
   assert schemas.get("classification").image_level
-  with pytest.raises(ValueError, match="--schema must be one of od-api, classification"):
-    schemas.get("tutorial")
+  with pytest.raises(ValueError, match="--schema must be one of od-api, classification, "
+                     "tutorial, coco-objects"):
+    schemas.get("nope")
+  assert schemas.get("tutorial").name == "tutorial" and schemas.get("tutorial").image_level
+  objects = schemas.get("coco-objects")
+  assert objects.name == "coco-objects" and objects.image_format == "jpeg" and not objects.masks
+  assert schemas.get("od-api").masks
+  assert "image/object/mask" in schemas.get("od-api").with_masks(True).feature_spec
+  renamed = schemas.Schema("tutorial", renames=(("depth", "channels"),))
+  assert list(renamed.feature_spec) == ["height", "width", "channels", "label", "image_raw"]
+  assert schemas.first_id_of("coco-objects") == 1 and schemas.first_id_of("classification") == 0
   assert label_map.from_names(["b", "a", "b"], first_id=0) == {"a": 0, "b": 1}
   assert label_map.to_lines({"a": 0, "b": 1, "d": 3}) == "a\nb\n\nd\n"
   text = label_map.to_text({"a": 0, "b": 1})

@@ -7,46 +7,43 @@ A schema module provides:
                  recorded in manifest.json `features`, from which reader.load parses
   FIRST_ID       the id of the first class when ids are numbered from sorted names
   IMAGE_LEVEL    True when the schema wants one class per image (classification)
-  encode(ann, image, label_map, options) -> Encoded, a LIST of records: a per-object schema
-                 returns one per object, a per-image schema one (or none to skip the image)
-Anything done to every schema's output (renaming features, say) belongs in `Schema`, so that
-the sinks, the manifest and the reader need no change.
+  encode(ann, image, label_map, bbox_policy, **options) -> Encoded, a LIST of records: a
+                 per-object schema returns one per object, a per-image schema one (or none to
+                 skip the image). Options passed only when set: renames={old: new}
+                 (--feature-names; base.serialize applies them), include_masks=True
+and optionally:
+  planned_records(ann) -> int   records written for one image (--records-per-shard); default 1
+  feature_spec(include_masks)   FEATURE_SPEC plus MASK_FEATURE (schemas that write masks)
+  MASK_FEATURE                  the key --include-masks writes (absent: masks not supported)
+  IMAGE_FORMAT                  the one image format its readers decode ('keep' turns into it)
+Anything done to every schema's output belongs in `Schema`, so that the sinks, the manifest
+and the reader need no change. Helpers shared by schema modules are in `base`.
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
-from beam_tfrecord.model import ErrorRecord
+from beam_tfrecord.schemas.base import Encoded, parse_feature_names  # noqa: F401 (re-exported)
 
 # --schema value -> module
 REGISTRY: Dict[str, str] = {
     "od-api": "beam_tfrecord.schemas.od_api",
     "classification": "beam_tfrecord.schemas.classification",
+    "tutorial": "beam_tfrecord.schemas.tutorial",
+    "coco-objects": "beam_tfrecord.schemas.coco_objects",
 }
 DEFAULT = "od-api"
 
 
-@dataclasses.dataclass
-class Encoded:
-  records: List[bytes]        # serialized Examples of one image, in order
-  labels: List[str]           # class names written (for the manifest's per-class counts)
-  clipped: int
-  errors: List[ErrorRecord]
-
-  @property
-  def serialized(self) -> bytes:
-    """The record of a one-record-per-image schema."""
-    if len(self.records) != 1:
-      raise ValueError(f"{len(self.records)} records, not one")
-    return self.records[0]
-
-
 @dataclasses.dataclass(frozen=True)
 class Schema:
-  """A schema as the pipeline sees it (picklable: the module is looked up by name)."""
+  """A schema as the pipeline sees it, with the run's settings that change its records
+  (picklable: the module is looked up by name)."""
   option: str                 # the --schema value
+  include_masks: bool = False
+  renames: Tuple[Tuple[str, str], ...] = ()   # --feature-names, (old, new) pairs
 
   @property
   def module(self) -> Any:
@@ -58,21 +55,47 @@ class Schema:
 
   @property
   def feature_spec(self) -> Dict[str, Tuple[str, str]]:
-    return dict(self.module.FEATURE_SPEC)
+    """The keys written (final names: --feature-names applied), as manifest.json records."""
+    module = self.module
+    spec = (module.feature_spec(self.include_masks) if hasattr(module, "feature_spec")
+            else dict(module.FEATURE_SPEC))
+    renames = dict(self.renames)
+    return {renames.get(k, k): v for k, v in spec.items()}
 
   @property
   def first_id(self) -> int:
-    return self.module.FIRST_ID
+    return getattr(self.module, "FIRST_ID", 1)
 
   @property
   def image_level(self) -> bool:
-    return self.module.IMAGE_LEVEL
+    return getattr(self.module, "IMAGE_LEVEL", False)
+
+  @property
+  def masks(self) -> bool:
+    """Whether --include-masks applies (the schema has a mask feature)."""
+    return hasattr(self.module, "MASK_FEATURE")
+
+  @property
+  def image_format(self) -> Optional[str]:
+    return getattr(self.module, "IMAGE_FORMAT", None)
+
+  def with_masks(self, include_masks: bool) -> "Schema":
+    return dataclasses.replace(self, include_masks=include_masks)
+
+  def planned_records(self, ann) -> int:
+    planned = getattr(self.module, "planned_records", None)
+    return planned(ann) if planned is not None else 1
 
   def manifest_features(self) -> Dict[str, Dict[str, str]]:
     return {k: {"dtype": d, "kind": kind} for k, (d, kind) in self.feature_spec.items()}
 
   def encode(self, ann, image, label_map: Mapping[str, int], options) -> Encoded:
-    return self.module.encode(ann, image, label_map, options.bbox_policy)
+    extra: Dict[str, Any] = {}
+    if self.include_masks:
+      extra["include_masks"] = True
+    if self.renames:
+      extra["renames"] = dict(self.renames)
+    return self.module.encode(ann, image, label_map, options.bbox_policy, **extra)
 
 
 def get(option: str) -> Schema:
@@ -83,8 +106,10 @@ def get(option: str) -> Schema:
 
 def from_options(options: Any) -> Schema:
   """The schema an EncodeOptions asks for: what the writers and the manifest both use, so
-  that a schema setting added to EncodeOptions reaches both alike."""
-  return get(options.schema)
+  that a schema setting added to EncodeOptions (masks, feature names) reaches both alike."""
+  return dataclasses.replace(get(options.schema),
+                             include_masks=bool(getattr(options, "include_masks", False)),
+                             renames=tuple(getattr(options, "renames", ())))
 
 
 def first_id_of(name: Any) -> int:

@@ -7,12 +7,12 @@ for a box source it is the one class its objects share. Pure: no Beam, no Tensor
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
-from beam_tfrecord import protos
 from beam_tfrecord.images import PreparedImage
 from beam_tfrecord.model import ImageAnnotation, InputError
-from beam_tfrecord.schemas import Encoded, od_api
+from beam_tfrecord.schemas import base, od_api
+from beam_tfrecord.schemas.base import Encoded
 
 NAME = "classification"
 FIRST_ID = 0
@@ -36,7 +36,7 @@ def image_class(ann: ImageAnnotation) -> str:
 
 
 def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, int],
-           bbox_policy: str = "clip") -> Encoded:
+           bbox_policy: str = "clip", renames: Optional[Mapping[str, str]] = None) -> Encoded:
   """Raises InputError (the image is rejected) without exactly one class or without its id."""
   del bbox_policy  # boxes are not written
   name = image_class(ann)
@@ -47,6 +47,5 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
       "image/class/label": od_api._ints([label_map[name]]),
       "image/class/text": od_api._bytes([name.encode("utf-8")]),
   }
-  example = protos.Example(features=protos.Features(feature=features))
-  return Encoded(records=[example.SerializeToString(deterministic=True)], labels=[name],
-                 clipped=0, errors=[])
+  return Encoded(records=[base.serialize(features, renames)], labels=[name], clipped=0,
+                 errors=[])

@@ -6,12 +6,12 @@ plus the per-object problems it found. No Beam, no TensorFlow.
 from __future__ import annotations
 
 import hashlib
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
-from beam_tfrecord import boxes, protos
 from beam_tfrecord.images import PreparedImage
-from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
-from beam_tfrecord.schemas import Encoded
+from beam_tfrecord.model import ImageAnnotation
+from beam_tfrecord.schemas import base
+from beam_tfrecord.schemas.base import Encoded
 
 NAME = "od_api"
 FIRST_ID = 1      # 0 is background in the TF OD API
@@ -39,6 +39,13 @@ FEATURE_SPEC: Dict[str, Tuple[str, str]] = {
     "image/object/truncated": ("int64", "var"),
     "image/object/view": ("string", "var"),
 }
+# --include-masks: one PNG (0/1, image size) per object, as the official converter writes it.
+MASK_FEATURE = "image/object/mask"
+
+
+def feature_spec(include_masks: bool = False) -> Dict[str, Tuple[str, str]]:
+  """The keys this schema may write (recorded in manifest.json)."""
+  return {**FEATURE_SPEC, MASK_FEATURE: ("string", "var")} if include_masks else dict(FEATURE_SPEC)
 
 
 # per-image keys other schemas share (classification)
@@ -59,40 +66,24 @@ def image_features(ann: ImageAnnotation, image: PreparedImage) -> Dict:
   }
 
 
-def _bytes(values: Sequence[bytes]):
-  return protos.Feature(bytes_list={"value": list(values)})
+_bytes, _floats, _ints = base.bytes_feature, base.float_feature, base.int64_feature
 
 
-def _floats(values: Sequence[float]):
-  return protos.Feature(float_list={"value": list(values)})
-
-
-def _ints(values: Sequence[int]):
-  return protos.Feature(int64_list={"value": list(values)})
+def planned_records(ann: ImageAnnotation) -> int:
+  """Records this schema writes for one image (for --records-per-shard)."""
+  return 1
 
 
 def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, int],
-           bbox_policy: str = "clip") -> Encoded:
+           bbox_policy: str = "clip", include_masks: bool = False,
+           renames: Optional[Mapping[str, str]] = None) -> Encoded:
   """Build the Example. Objects that fail validation or lack a label id are left out of the
   Example and reported as errors; with bbox_policy='error' a box partly outside the image
-  fails the whole image instead."""
+  fails the whole image instead. With include_masks every object carries its PNG `mask`."""
   width, height = image.info.width, image.info.height
-  errors: List[ErrorRecord] = []
-  kept: List[boxes.NormalizedObject] = []
-  ids: List[int] = []
-  for obj in ann.objects:
-    try:
-      norm = boxes.normalize(obj, width, height, bbox_policy)
-      if obj.label not in label_map:
-        raise InputError("validate", "unknown_class",
-                         f"class {obj.label!r} is not in the label map")
-    except InputError as e:
-      if bbox_policy == "error" and e.reason == "bbox_partly_outside":
-        raise
-      errors.append(e.record(ann.source, ann.key, level="object"))
-      continue
-    kept.append(norm)
-    ids.append(label_map[obj.label])
+  valid, errors = base.valid_objects(ann, width, height, label_map, bbox_policy)
+  kept = [norm for norm, _ in valid]
+  ids = [label_id for _, label_id in valid]
 
   features = {
       **image_features(ann, image),
@@ -117,7 +108,9 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
     features["image/object/view"] = _bytes(
         [(n.obj.pose or "Unspecified").encode("utf-8") for n in kept])
 
-  example = protos.Example(features=protos.Features(feature=features))
-  return Encoded(records=[example.SerializeToString(deterministic=True)],
+  if include_masks:
+    features[MASK_FEATURE] = _bytes([n.obj.mask for n in kept])
+
+  return Encoded(records=[base.serialize(features, renames)],
                  labels=[n.obj.label for n in kept],
                  clipped=sum(n.clipped for n in kept), errors=errors)

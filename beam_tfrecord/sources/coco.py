@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
-from beam_tfrecord import paths
+from beam_tfrecord import masks, paths
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.model import (Box, ErrorRecord, ImageAnnotation, InputError,
                                  ObjectAnnotation)
@@ -68,6 +68,17 @@ def parse_annotation(record: Any) -> Tuple[int, int, Box, bool, Optional[float]]
   area = record.get("area")
   area = _number(area, "area") if area is not None else None
   return image_id, category_id, Box(x, y, x + w, y + h), bool(iscrowd), area
+
+
+def annotation_extras(record: Dict[str, Any], include_masks: bool
+                      ) -> Tuple[Optional[int], Optional[str]]:
+  """(annotation id or None, segmentation as compact JSON or None) of a parsed annotation.
+  The segmentation is kept only with --include-masks: it can be large and these records go
+  through shuffles. It is checked when rasterized, where the image size is known."""
+  ann_id = record.get("id")
+  ann_id = ann_id if isinstance(ann_id, int) and not isinstance(ann_id, bool) else None
+  segmentation = record.get("segmentation") if include_masks else None
+  return ann_id, (masks.to_json(segmentation) if segmentation is not None else None)
 
 
 def parse_category(record: Any) -> Tuple[int, str]:
@@ -202,9 +213,11 @@ def check_input(uri: str) -> None:
 class _ParseSection(beam.DoFn):
   """(split, json_uri, image_root, section) -> tagged small records."""
 
-  def __init__(self, allow_absolute: bool, drop_background: bool = False):
+  def __init__(self, allow_absolute: bool, drop_background: bool = False,
+               include_masks: bool = False):
     self.allow_absolute = allow_absolute
     self.drop_background = drop_background
+    self.include_masks = include_masks
 
   def _emit(self, uri, split, image_root, section, index, record):
     parse = {"images": parse_image, "annotations": parse_annotation,
@@ -220,7 +233,8 @@ class _ParseSection(beam.DoFn):
       yield ((uri, image_id), (split, image_root, file_name, width, height))
     elif section == "annotations":
       # the index keeps the file's object order through the shuffle
-      yield beam.pvalue.TaggedOutput("objects", ((uri, parsed[0]), (index, *parsed[1:])))
+      extras = annotation_extras(record, self.include_masks)
+      yield beam.pvalue.TaggedOutput("objects", ((uri, parsed[0]), (index, *parsed[1:], *extras)))
     elif parsed[0] == 0 and self.drop_background:
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
           source=f"{uri}#categories[{index}]", stage="parse", reason="background_category",
@@ -290,7 +304,8 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
     yield beam.pvalue.TaggedOutput("errors", e.record(source, file_name))
     return
   objs: List[ObjectAnnotation] = []
-  for _, category_id, box, is_crowd, area in sorted(objects, key=lambda o: o[0]):
+  for _, category_id, box, is_crowd, area, *extras in sorted(objects, key=lambda o: o[0]):
+    ann_id, segmentation = (*extras, None, None)[:2]  # (annotation_extras)
     name = categories.get((uri, category_id))
     if name is None:
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
@@ -298,7 +313,8 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
           message=f"annotation of {file_name!r} has category_id {category_id}, "
           "which is not in `categories`"))
       continue
-    objs.append(ObjectAnnotation(label=name, box=box, is_crowd=is_crowd, area=area))
+    objs.append(ObjectAnnotation(label=name, box=box, is_crowd=is_crowd, area=area, id=ann_id,
+                                 segmentation=segmentation))
   yield ImageAnnotation(key=key, uri=image_uri, source_id=str(image_id), source=uri,
                         objects=tuple(objs), split=split, width=width, height=height)
 
@@ -389,15 +405,18 @@ class ReadCoco(beam.PTransform):
   COCO image (images without annotations included), ErrorRecords, and (name, category_id)
   pairs, so that label ids keep COCO's category ids. With drop_background, a category with
   id 0 is dropped with a warning (check_background_category has made sure nothing uses it).
+  With include_masks each object carries its `segmentation` (as compact JSON) for the writer
+  to rasterize.
   """
 
   def __init__(self, inputs: Sequence[Tuple[Optional[str], str, str]],
                allow_absolute: bool = False, follow_symlinks: bool = False,
-               drop_background: bool = False):
+               drop_background: bool = False, include_masks: bool = False):
     super().__init__()
     self.inputs = list(inputs)
     self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
     self.drop_background = drop_background
+    self.include_masks = include_masks
 
   def expand(self, root):
     tasks = [(split, uri, image_root, section)
@@ -406,7 +425,7 @@ class ReadCoco(beam.PTransform):
               | "Tasks" >> beam.Create(tasks)
               | "Spread" >> beam.Reshuffle()
               | "Stream" >> beam.ParDo(_ParseSection(
-                  self.allow_absolute, self.drop_background)).with_outputs(
+                  self.allow_absolute, self.drop_background, self.include_masks)).with_outputs(
                   "objects", "categories", "errors", main="images"))
     grouped = parsed.categories | "GroupCategories" >> beam.GroupByKey()
     by_key = grouped | "PickCategory" >> beam.MapTuple(lambda k, names: (k, min(names)))

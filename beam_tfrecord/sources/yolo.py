@@ -1,7 +1,8 @@
 """YOLO labels: Ultralytics `data.yaml` and Darknet `obj.data` + `obj.names`.
 
 One `.txt` per image, one line per object: `class cx cy w h` in [0, 1] image units, or
-`class x1 y1 x2 y2 ...` (a segmentation polygon, whose bounding box is used). The label file
+`class x1 y1 x2 y2 ...` (a segmentation polygon, whose bounding box is used; with
+--include-masks it is rasterized into the mask, masks.polygon_json). The label file
 of an image is found the Ultralytics way: the last `images` component of its path becomes
 `labels` and the extension `.txt`; without an `images` component it lies beside the image
 (Darknet). An image without a label file is a background image. Boxes stay normalized
@@ -22,7 +23,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
-from beam_tfrecord import paths
+from beam_tfrecord import masks, paths
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError, ObjectAnnotation
 from beam_tfrecord.sources import (SourceOutput, exists, image_extensions, is_hidden, list_dir,
@@ -237,9 +238,12 @@ def label_dir(image_dir: str) -> str:
   return label_path(paths.join(image_dir, "probe"))[:-len("/probe.txt")]
 
 
-def parse_line(line: str, names: Sequence[str]) -> ObjectAnnotation:
+def parse_line(line: str, names: Sequence[str], include_masks: bool = False
+               ) -> ObjectAnnotation:
   """One label line -> an object with a normalized box. InputError for a malformed line, a
-  class index out of range, or coordinates outside [0, 1]."""
+  class index out of range, or coordinates outside [0, 1]. With include_masks a polygon line
+  also carries its polygon as the object's segmentation (masks.polygon_json: normalized
+  points, rasterized once the image size is known); a box line carries none."""
   tokens = line.split()
   if not all(_NUMBER.match(t) for t in tokens):
     raise InputError("parse", "malformed_line", f"{line!r} is not numbers")
@@ -267,10 +271,13 @@ def parse_line(line: str, names: Sequence[str]) -> ObjectAnnotation:
   # a box touching the border computes to 1.0000000001 from rounded cx/w: that is the
   # border, not a box to clip (and count); real overhangs are left to --bbox-policy
   corners = tuple(min(max(c, 0.0), 1.0) if -_EPS < c < 1 + _EPS else c for c in corners)
-  return ObjectAnnotation(label=names[index], box=Box(*corners, normalized=True))
+  segmentation = (masks.polygon_json(values, normalized=True)
+                  if include_masks and len(values) > 4 else None)
+  return ObjectAnnotation(label=names[index], box=Box(*corners, normalized=True),
+                          segmentation=segmentation)
 
 
-def parse_label_text(text: str, names: Sequence[str]
+def parse_label_text(text: str, names: Sequence[str], include_masks: bool = False
                      ) -> Tuple[List[ObjectAnnotation], List[Tuple[int, InputError]]]:
   """Objects of one label file, and (line number, error) for every unusable line."""
   objects, errors = [], []
@@ -278,7 +285,7 @@ def parse_label_text(text: str, names: Sequence[str]
     if not line.strip():
       continue
     try:
-      objects.append(parse_line(line, names))
+      objects.append(parse_line(line, names, include_masks))
     except InputError as e:
       errors.append((number, e))
   return objects, errors
@@ -377,9 +384,11 @@ def _orphans(element):
 class _ReadLabels(beam.DoFn):
   """(split, image name, label path, label exists) -> ImageAnnotation + per-line errors."""
 
-  def __init__(self, dataset: YoloDataset, allow_absolute: bool, follow_symlinks: bool):
+  def __init__(self, dataset: YoloDataset, allow_absolute: bool, follow_symlinks: bool,
+               include_masks: bool = False):
     self.dataset = dataset
     self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
+    self.include_masks = include_masks
 
   def process(self, item):
     split, name, label, has_label = item
@@ -400,7 +409,7 @@ class _ReadLabels(beam.DoFn):
             source=label, stage="parse", reason="unreadable_label", key=key, level="file",
             message=f"{type(e).__name__}: {e}; the image is not converted"))
         return
-      objects, errors = parse_label_text(text, self.dataset.names)
+      objects, errors = parse_label_text(text, self.dataset.names, self.include_masks)
       for number, error in errors:
         yield beam.pvalue.TaggedOutput("errors", error.record(f"{label}:{number}", key,
                                                               level="object"))
@@ -414,11 +423,13 @@ class ReadYolo(beam.PTransform):
   In: YoloDatasets (from `load`), and the id of the first class (1 for the TF OD API).
   Out: one ImageAnnotation per image (background images included, boxes normalized), the
   (name, id) of every class in the yaml's order, and ErrorRecords for orphan label files,
-  unusable lines and missing images.
+  unusable lines and missing images. With include_masks, objects of segmentation lines carry
+  their polygon (see parse_line).
   """
 
   def __init__(self, datasets: Sequence[YoloDataset], first_id: int = 1,
-               allow_absolute: bool = False, follow_symlinks: bool = False):
+               allow_absolute: bool = False, follow_symlinks: bool = False,
+               include_masks: bool = False):
     super().__init__()
     self.datasets = list(datasets)
     names = {d.names for d in self.datasets}
@@ -426,6 +437,7 @@ class ReadYolo(beam.PTransform):
       raise UsageError(f"the YOLO inputs name different classes: {sorted(names)}")
     self.first_id = first_id
     self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
+    self.include_masks = include_masks
 
   def expand(self, root):
     images, errors = [], []
@@ -453,7 +465,8 @@ class ReadYolo(beam.PTransform):
       read = (listed.images
               | f"SpreadImages[{i}]" >> beam.Reshuffle()
               | f"Labels[{i}]" >> beam.ParDo(_ReadLabels(
-                  dataset, self.allow_absolute, self.follow_symlinks)).with_outputs(
+                  dataset, self.allow_absolute, self.follow_symlinks,
+                  self.include_masks)).with_outputs(
                       "errors", main="images"))
       images.append(read.images)
       errors += [listed.errors, read.errors, orphans]

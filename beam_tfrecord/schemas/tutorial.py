@@ -1,0 +1,59 @@
+"""The TensorFlow TFRecord tutorial's record: exactly height, width, depth, label, image_raw.
+
+The tutorial (tensorflow.org/tutorials/load_data/tfrecord) writes the file's bytes as
+`image_raw` and reads every key with a fixed feature_description, so every key is a scalar.
+`depth` is what tf.io.decode_image reports for the bytes written (ImageInfo.channels, tested
+against TensorFlow). `label` is the label-map id of the image's class: an image is one class,
+so an image whose objects name none or several classes is rejected (image-level error).
+Pure: no Beam, no TensorFlow.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+from beam_tfrecord.images import PreparedImage
+from beam_tfrecord.model import ImageAnnotation, InputError
+from beam_tfrecord.schemas import base
+
+NAME = "tutorial"
+FIRST_ID = 1
+IMAGE_LEVEL = True   # one class per image
+FEATURE_SPEC: base.Spec = {
+    "height": ("int64", "fixed"),
+    "width": ("int64", "fixed"),
+    "depth": ("int64", "fixed"),
+    "label": ("int64", "fixed"),
+    "image_raw": ("string", "fixed"),
+}
+
+
+def planned_records(ann: ImageAnnotation) -> int:
+  return 1
+
+
+def image_label(ann: ImageAnnotation) -> str:
+  """The one class of an image: its image-level label (class folders, listings), else the
+  class all its objects share; InputError otherwise."""
+  names = sorted(set(ann.labels)) or sorted({obj.label for obj in ann.objects})
+  if len(names) != 1:
+    raise InputError("validate", "not_one_class",
+                     f"the {NAME} schema needs one class per image, the annotation names "
+                     f"{names or 'none'}")
+  return names[0]
+
+
+def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, int],
+           bbox_policy: str = "clip", renames: Optional[Mapping[str, str]] = None
+           ) -> base.Records:
+  label = image_label(ann)
+  if label not in label_map:
+    raise InputError("validate", "unknown_class", f"class {label!r} is not in the label map")
+  features = {
+      "height": base.int64_feature([image.info.height]),
+      "width": base.int64_feature([image.info.width]),
+      "depth": base.int64_feature([image.info.channels]),
+      "label": base.int64_feature([label_map[label]]),
+      "image_raw": base.bytes_feature([image.encoded]),
+  }
+  return base.Records(records=[base.serialize(features, renames)], labels=[label], clipped=0,
+                      errors=[])
