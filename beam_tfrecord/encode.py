@@ -5,7 +5,7 @@ Shared by both sinks. Pure apart from reading the file through Beam's FileSystem
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Mapping, Optional
+from typing import Callable, List, Mapping, Optional
 
 from beam_tfrecord import images, orientation
 from beam_tfrecord.paths import is_remote
@@ -69,11 +69,14 @@ def _in_displayed_frame(ann: ImageAnnotation, prepared: images.PreparedImage,
 
 
 def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
-            options: EncodeOptions = EncodeOptions()) -> Converted:
-  """Never raises for bad input: every problem becomes an ErrorRecord."""
+            options: EncodeOptions = EncodeOptions(),
+            read: Optional[Callable[[], bytes]] = None) -> Converted:
+  """Never raises for bad input: every problem becomes an ErrorRecord. `read` returns the
+  image bytes (or raises InputError) when they were fetched ahead; default read_bytes(uri)."""
   errors: List[ErrorRecord] = []
   try:
-    prepared = images.prepare(read_bytes(ann.uri), options.max_pixels, options.verify_images)
+    data = read() if read is not None else read_bytes(ann.uri)
+    prepared = images.prepare(data, options.max_pixels, options.verify_images)
     ann = _in_displayed_frame(ann, prepared, options, errors)
     encoded = od_api.encode(ann, prepared, label_map, options.bbox_policy)
   except InputError as e:

@@ -13,18 +13,22 @@ from apache_beam.metrics import Metrics
 
 import beam_tfrecord
 from beam_tfrecord import label_map as label_maps
-from beam_tfrecord import paths, sharding
+from beam_tfrecord import coders, paths, sharding
 from beam_tfrecord.boxes import BBOX_POLICIES
 from beam_tfrecord.encode import EncodeOptions
 from beam_tfrecord.images import DEFAULT_MAX_PIXELS
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.orientation import EXIF_FRAMES
 from beam_tfrecord.schemas import od_api
-from beam_tfrecord.sink import WriteShards, WriteWithBeamSink, merge_stats, new_stats
+from beam_tfrecord.sink import (WriteShards, WriteWithBeamSink, merge_stats, new_stats,
+                                pick_one)
 from beam_tfrecord.sources import SourceOutput
 from beam_tfrecord.sources.coco import ReadCoco
 from beam_tfrecord.sources.csv import ReadCsv, parse_column_map
 from beam_tfrecord.sources.voc import ReadVoc
+
+# Records that cross shuffles are encoded as tuples of their fields, not pickled (coders.py).
+coders.register(ImageAnnotation)
 
 FORMATS = ("coco", "voc", "csv")
 SINKS = ("shards", "beam")
@@ -142,54 +146,80 @@ def read_source(root, config: ConvertConfig) -> Tuple[SourceOutput, List[str]]:
   return root | "ReadVoc" >> voc, sorted(voc.splits)
 
 
-def _locate(ann: ImageAnnotation):
+def _locate_and_assign(ann: ImageAnnotation, fractions: Optional[Mapping[str, float]]):
+  """Fill in the file size and the split, or report the missing file (one fused step)."""
   try:
-    yield ann.replace(size_bytes=paths.file_size(ann.uri))
+    size = paths.file_size(ann.uri)
   except InputError as e:
     yield beam.pvalue.TaggedOutput("errors", e.record(ann.source, ann.key))
+    return
+  if fractions:
+    split = sharding.split_for_key(ann.key, fractions)
+  else:
+    split = ann.split or DEFAULT_SPLIT
+  yield ann.replace(size_bytes=size, split=split)
 
 
-def _first_of_duplicates(element):
-  """One example per image file: later annotations of the same file are reported."""
-  uri, anns = element
-  anns = sorted(anns, key=lambda a: (a.source, a.source_id, a.split or "", a.key))
-  for dup in anns[1:]:
-    yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-        source=dup.source, stage="parse", reason="duplicate_image", key=dup.key, level="warning",
-        message=f"{uri} is annotated again (source id {dup.source_id!r}); the annotation "
-        f"from {anns[0].source} (source id {anns[0].source_id!r}) is used"))
-  yield anns[0]
+def _first_of_duplicates(uri: str, anns: Iterable[ImageAnnotation]):
+  kept, errors = pick_one(uri, anns)
+  for error in errors:
+    yield beam.pvalue.TaggedOutput("errors", error)
+  yield kept
 
 
 class PrepareImages(beam.PTransform):
-  """PCollection[ImageAnnotation] -> (located, split-assigned, de-duplicated images, errors).
+  """PCollection[ImageAnnotation] -> (located, split-assigned images, errors).
 
   In: images straight from a source. Out: every image with a split and a file size; images
-  whose file is missing or annotated twice become ErrorRecords.
+  whose file is missing become ErrorRecords. With dedupe, a file annotated twice keeps one
+  annotation here (a shuffle by file); the shard writer does the same inside its own grouping
+  instead (sharding.ShardPlan.duplicates), which saves that shuffle.
   """
 
-  def __init__(self, fractions: Optional[Mapping[str, float]]):
+  def __init__(self, fractions: Optional[Mapping[str, float]], dedupe: bool = True):
     super().__init__()
     self.fractions = dict(fractions) if fractions else None
+    self.dedupe = dedupe
 
   def expand(self, images):
-    fractions = self.fractions
-
-    def assign(ann: ImageAnnotation) -> ImageAnnotation:
-      if fractions:
-        return ann.replace(split=sharding.split_for_key(ann.key, fractions))
-      return ann if ann.split else ann.replace(split=DEFAULT_SPLIT)
-
     located = (images
-               | "Locate" >> beam.FlatMap(_locate).with_outputs("errors", main="images"))
+               | "Locate" >> beam.FlatMap(_locate_and_assign, self.fractions)
+               .with_output_types(ImageAnnotation).with_outputs("errors", main="images"))
+    if not self.dedupe:
+      return located.images, located.errors
     unique = (located.images
-              | "AssignSplit" >> beam.Map(assign)
               | "ByFile" >> beam.Map(lambda a: (a.uri, a))
               | "GroupByFile" >> beam.GroupByKey()
-              | "Dedupe" >> beam.FlatMap(_first_of_duplicates).with_outputs(
+              | "Dedupe" >> beam.FlatMapTuple(_first_of_duplicates).with_outputs(
                   "errors", main="images"))
     errors = (located.errors, unique.errors) | "Errors" >> beam.Flatten()
     return unique.images, errors
+
+
+class _PlanFn(beam.CombineFn):
+  """ImageAnnotation -> sharding.ShardPlan, combined ({uri: winner}) rather than gathered:
+  the runner lifts the combine before its shuffle, so one accumulator per bundle crosses it."""
+
+  def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float]):
+    self.num_shards, self.shard_size_mb = num_shards, shard_size_mb
+
+  def create_accumulator(self) -> Dict[str, sharding.PlanEntry]:
+    return {}
+
+  def add_input(self, acc, ann: ImageAnnotation):
+    return sharding.add_plan_entry(acc, ann.uri, (
+        ann.source, ann.source_id, ann.split, ann.key, ann.size_bytes or 0, 1))
+
+  def merge_accumulators(self, accs):
+    accs = iter(accs)
+    merged = next(accs)
+    for acc in accs:
+      for uri, entry in acc.items():
+        sharding.add_plan_entry(merged, uri, entry)
+    return merged
+
+  def extract_output(self, acc) -> sharding.ShardPlan:
+    return sharding.make_plan(acc, self.num_shards, self.shard_size_mb)
 
 
 def _coco_label_map(pairs: Iterable[Tuple[str, int]]) -> Dict[str, int]:
@@ -263,7 +293,7 @@ class _Finalize(beam.DoFn):
   def __init__(self, config: ConvertConfig, argv: Sequence[str], staging: str):
     self.config, self.argv, self.staging = config, list(argv), staging
 
-  def process(self, _, stats, error_counts, label_map, error_files, beam_files, plans):
+  def process(self, _, stats, error_counts, label_map, error_files, beam_files, plan):
     from apache_beam.io.filesystems import FileSystems
     output = self.config.output
     staged = [s["path"] for s in stats if s["shard"] is not None]
@@ -285,7 +315,7 @@ class _Finalize(beam.DoFn):
     rate = error_rate(totals["examples"], levels)
     limit = self.config.max_error_rate
     status = "ok"
-    lost = _lost_records(plans, stats)
+    lost = _lost_records(plan.splits, stats)
     if lost:
       status = (f"failed: the runner lost records ({lost}); the output is incomplete. "
                 "Beam's multi_threading local mode did this under load in our measurements")
@@ -357,19 +387,15 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   user_map = label_maps.read(config.label_map) if config.label_map else None
   source, source_splits = read_source(root, config)
   fractions = config.split_fractions()
-  images, prepare_errors = source.images | "Prepare" >> PrepareImages(fractions)
+  images, prepare_errors = source.images | "Prepare" >> PrepareImages(
+      fractions, dedupe=config.sink != "shards")
   label_map = beam.pvalue.AsSingleton(root | "LabelMap" >> BuildLabelMap(source, user_map))
-
-  plans = (images
-           | "KeyAndSize" >> beam.Map(lambda a: (a.split, (a.key, a.size_bytes or 0)))
-           | "GroupBySplit" >> beam.GroupByKey()
-           | "Plan" >> beam.MapTuple(lambda split, items: (split, sharding.plan_split(
-               split, list(items), config.num_shards, config.shard_size_mb))))
-  plans_side = beam.pvalue.AsDict(plans)
+  plan = beam.pvalue.AsSingleton(images | "Plan" >> beam.CombineGlobally(
+      _PlanFn(config.num_shards, config.shard_size_mb)))
 
   if config.sink == "shards":
     stats, write_errors = images | "WriteShards" >> WriteShards(
-        staging, label_map, plans_side, options)
+        staging, label_map, plan, options)
     beam_files = root | "NoBeamFiles" >> beam.Create([])
   else:
     splits = list(fractions) if fractions else (source_splits or [DEFAULT_SPLIT])
@@ -403,4 +429,4 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
           | "Finalize" >> beam.ParDo(
               _Finalize(config, argv, staging), beam.pvalue.AsList(merged_stats),
               beam.pvalue.AsDict(error_counts), label_map,
-              beam.pvalue.AsList(error_files), beam.pvalue.AsList(beam_files), plans_side))
+              beam.pvalue.AsList(error_files), beam.pvalue.AsList(beam_files), plan))

@@ -6,7 +6,7 @@ import dataclasses
 import hashlib
 import math
 import re
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 DEFAULT_SHARD_SIZE_MB = 150.0
 # Split names become file names (SPLIT-00000-of-00004.tfrecord): no separators, no leading dot.
@@ -81,18 +81,23 @@ def num_shards_for(count: int, total_bytes: int, num_shards: Optional[int],
 
 @dataclasses.dataclass(frozen=True)
 class SplitPlan:
-  """Where each key of a split goes: shard i holds keys in [boundaries[i], boundaries[i+1])."""
+  """Where each key of a split goes: shard i holds keys in [boundaries[i], boundaries[i+1]).
+
+  Keys are anything orderable: the pipeline uses (image key, uri) pairs, so that two images
+  with the same relative name under different roots are two images (in key order, the uri
+  only breaking ties: with unique keys the ranks, hence the shards, are those of the keys).
+  """
   split: str
   num_shards: int
   count: int
   total_bytes: int
-  boundaries: Tuple[str, ...]
+  boundaries: Tuple[Any, ...]
 
-  def shard_of(self, key: str) -> int:
+  def shard_of(self, key: Any) -> int:
     return max(0, bisect.bisect_right(self.boundaries, key) - 1)
 
 
-def plan_split(split: str, keys_and_sizes: Sequence[Tuple[str, int]],
+def plan_split(split: str, keys_and_sizes: Sequence[Tuple[Any, int]],
                num_shards: Optional[int], shard_size_mb: Optional[float]) -> SplitPlan:
   """Cut the sorted keys of one split into shards by rank: sizes differ by at most one."""
   keys = sorted({key for key, _ in keys_and_sizes})
@@ -101,6 +106,53 @@ def plan_split(split: str, keys_and_sizes: Sequence[Tuple[str, int]],
   boundaries = tuple(keys[(i * len(keys)) // n] for i in range(n))
   return SplitPlan(split=split, num_shards=n, count=len(keys), total_bytes=total,
                    boundaries=boundaries)
+
+
+# One image file as the planner sees it: (source, source_id, split, key, size, copies).
+# The first four fields order the annotations of one file: the smallest one is written.
+PlanEntry = Tuple[str, str, str, str, int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardPlan:
+  """The plan of a whole run: per split, and where each file annotated twice is written.
+
+  duplicates: {uri: (split, key)} of the annotation that wins for a file annotated more than
+  once; the others are routed to the same shard, where the writer reports them.
+  """
+  splits: Dict[str, SplitPlan]
+  duplicates: Dict[str, Tuple[str, str]]
+
+  def route(self, split: str, key: str, uri: str) -> Tuple[str, int]:
+    """(split, shard) whose writer sees this annotation."""
+    split, key = self.duplicates.get(uri, (split, key))
+    return split, self.splits[split].shard_of((key, uri))
+
+
+def add_plan_entry(acc: Dict[str, PlanEntry], uri: str, entry: PlanEntry) -> Dict[str, PlanEntry]:
+  """Fold one annotation of `uri` into {uri: winning entry} (the smallest, with a count)."""
+  old = acc.get(uri)
+  if old is None:
+    acc[uri] = entry
+  else:
+    best = old if old[:4] <= entry[:4] else entry
+    acc[uri] = best[:5] + (old[5] + entry[5],)
+  return acc
+
+
+def make_plan(entries: Mapping[str, PlanEntry], num_shards: Optional[int],
+              shard_size_mb: Optional[float]) -> ShardPlan:
+  """Rank the winning (key, uri) of each split into shards (plan_split)."""
+  by_split: Dict[str, List[Tuple[Tuple[str, str], int]]] = {}
+  duplicates: Dict[str, Tuple[str, str]] = {}
+  for uri, (_, _, split, key, size, copies) in entries.items():
+    by_split.setdefault(split, []).append(((key, uri), size))
+    if copies > 1:
+      duplicates[uri] = (split, key)
+  return ShardPlan(
+      splits={split: plan_split(split, items, num_shards, shard_size_mb)
+              for split, items in sorted(by_split.items())},
+      duplicates=duplicates)
 
 
 def shard_name(split: str, index: int, num_shards: int, suffix: str = ".tfrecord") -> str:

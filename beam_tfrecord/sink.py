@@ -10,16 +10,23 @@ the same bytes under the same name, so retries leave neither duplicates nor gaps
 from __future__ import annotations
 
 import uuid
-from typing import Dict, Iterable, Mapping, Optional
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.io.tfrecordio import _TFRecordUtil  # TFRecord framing with CRC32C
 from apache_beam.metrics import Metrics
 
 from beam_tfrecord import paths, sharding
-from beam_tfrecord.encode import Converted, EncodeOptions, convert
-from beam_tfrecord.model import ImageAnnotation
-from beam_tfrecord.sharding import SplitPlan
+from beam_tfrecord.encode import Converted, EncodeOptions, convert, read_bytes
+from beam_tfrecord.model import ErrorRecord, ImageAnnotation
+from beam_tfrecord.prefetch import prefetch
+from beam_tfrecord.sharding import ShardPlan
+
+# Read-ahead of the shard writer (beam_tfrecord.prefetch): threads, and a cap on the bytes
+# fetched but not yet written.
+REMOTE_READ_AHEAD = 16
+LOCAL_READ_AHEAD = 2
+READ_AHEAD_BYTES = 64 * 1024 * 1024
 
 # rejected: images of this shard/split turned down while writing; with examples it must add up
 # to the planned count (the finalize step checks, so a runner that loses records fails loudly).
@@ -54,6 +61,41 @@ def merge_stats(items: Iterable[Dict]) -> Dict:
   return merged
 
 
+def pick_one(uri: str, anns: Iterable[ImageAnnotation]
+             ) -> Tuple[ImageAnnotation, List[ErrorRecord]]:
+  """One example per image file: of several annotations of `uri`, the smallest by (source,
+  source id, split, key) is used and the others are reported."""
+  anns = sorted(anns, key=lambda a: (a.source, a.source_id, a.split or "", a.key))
+  return anns[0], [ErrorRecord(
+      source=dup.source, stage="parse", reason="duplicate_image", key=dup.key, level="warning",
+      message=f"{uri} is annotated again (source id {dup.source_id!r}); the annotation "
+      f"from {anns[0].source} (source id {anns[0].source_id!r}) is used") for dup in anns[1:]]
+
+
+def unique_files(anns: Iterable[ImageAnnotation], errors: List[ErrorRecord]
+                 ) -> List[ImageAnnotation]:
+  """One annotation per file, in (key, uri) order; the others go to `errors`. The plan routes
+  every annotation of a file to the shard of the one that wins (ShardPlan.route)."""
+  by_uri: Dict[str, List[ImageAnnotation]] = {}
+  for ann in anns:
+    by_uri.setdefault(ann.uri, []).append(ann)
+  kept = []
+  for uri, group in by_uri.items():
+    if len(group) == 1:
+      kept.append(group[0])
+    else:
+      winner, dups = pick_one(uri, group)
+      kept.append(winner)
+      errors.extend(dups)
+  return sorted(kept, key=lambda a: (a.key, a.uri))
+
+
+def read_ahead_workers(uri: str) -> int:
+  """Threads reading a shard's images ahead: object stores wait on round trips, local files
+  on little (measured in benchmarks/README.md)."""
+  return REMOTE_READ_AHEAD if paths.is_remote(uri) else LOCAL_READ_AHEAD
+
+
 class _WriteShard(beam.DoFn):
   """((split, shard), [ImageAnnotation]) -> shard stats; errors to the 'errors' output."""
 
@@ -63,17 +105,21 @@ class _WriteShard(beam.DoFn):
     self.images = Metrics.counter("beam_tfrecord", "images_written")
     self.rejected = Metrics.counter("beam_tfrecord", "images_rejected")
 
-  def process(self, element, label_map: Mapping[str, int], plans: Mapping[str, SplitPlan]):
+  def process(self, element, label_map: Mapping[str, int], plan: ShardPlan):
     from apache_beam.io.filesystems import FileSystems
     (split, shard), anns = element
-    name = sharding.shard_name(split, shard, plans[split].num_shards)
+    name = sharding.shard_name(split, shard, plan.splits[split].num_shards)
     final = paths.join(self.staging, name)
     partial = paths.join(self.staging, f".part-{uuid.uuid4().hex}-{name}")
     stats = new_stats(split, shard, name)
-    errors = []
+    errors: List[ErrorRecord] = []
+    anns = unique_files(anns, errors)
+    workers = read_ahead_workers(anns[0].uri) if anns else 0
+    fetched = prefetch(anns, lambda a: read_bytes(a.uri), lambda a: a.size_bytes or 0, workers,
+                       READ_AHEAD_BYTES)
     with FileSystems.create(partial) as f:
-      for ann in sorted(anns, key=lambda a: (a.key, a.uri)):
-        result = convert(ann, label_map, self.options)
+      for ann, read in fetched:
+        result = convert(ann, label_map, self.options, read)
         errors.extend(result.errors)
         if result.serialized is None:
           self.rejected.inc()
@@ -93,22 +139,25 @@ class _WriteShard(beam.DoFn):
 class WriteShards(beam.PTransform):
   """PCollection[ImageAnnotation] (with split) -> (PCollection[shard stats], PCollection[errors]).
 
-  Side inputs: label_map ({name: id}, singleton) and plans ({split: SplitPlan}). Writes
-  STAGING/SPLIT-SSSSS-of-NNNNN.tfrecord, examples sorted by key, byte-identical across runs.
+  Side inputs: label_map ({name: id}, singleton) and plan (sharding.ShardPlan, singleton).
+  Writes STAGING/SPLIT-SSSSS-of-NNNNN.tfrecord, examples sorted by (key, uri), byte-identical
+  across runs. A file annotated more than once is written once (the others are reported):
+  the plan sends all its annotations to one shard, so this costs no shuffle of its own.
   """
 
-  def __init__(self, staging: str, label_map, plans, options: EncodeOptions):
+  def __init__(self, staging: str, label_map, plan, options: EncodeOptions):
     super().__init__()
-    self.staging, self.label_map, self.plans = staging, label_map, plans
+    self.staging, self.label_map, self.plan = staging, label_map, plan
     self.options = options
 
   def expand(self, anns):
     written = (anns
                | "KeyByShard" >> beam.Map(
-                   lambda a, plans: ((a.split, plans[a.split].shard_of(a.key)), a), self.plans)
+                   lambda a, plan: (plan.route(a.split, a.key, a.uri), a), self.plan)
+               .with_output_types(Tuple[Tuple[str, int], ImageAnnotation])
                | "GroupByShard" >> beam.GroupByKey()
                | "Write" >> beam.ParDo(_WriteShard(self.staging, self.options),
-                                       self.label_map, self.plans).with_outputs(
+                                       self.label_map, self.plan).with_outputs(
                                            "errors", main="stats"))
     return written.stats, written.errors
 
