@@ -47,16 +47,8 @@ class Encoded:
   errors: List[ErrorRecord]
 
 
-def _bytes(values: Sequence[bytes]):
-  return protos.Feature(bytes_list={"value": list(values)})
-
-
-def _floats(values: Sequence[float]):
-  return protos.Feature(float_list={"value": list(values)})
-
-
-def _ints(values: Sequence[int]):
-  return protos.Feature(int64_list={"value": list(values)})
+_LAYOUT = protos.ExampleLayout(FEATURE_SPEC)
+B, F, I = protos.BYTES, protos.FLOATS, protos.INTS
 
 
 def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, int],
@@ -83,35 +75,34 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
     ids.append(label_map[obj.label])
 
   features = {
-      "image/encoded": _bytes([image.encoded]),
-      "image/format": _bytes([image.info.format.encode()]),
-      "image/height": _ints([height]),
-      "image/width": _ints([width]),
-      "image/channels": _ints([image.info.channels]),
-      "image/filename": _bytes([ann.key.encode("utf-8")]),
-      "image/source_id": _bytes([ann.source_id.encode("utf-8")]),
-      "image/key/sha256": _bytes([hashlib.sha256(image.encoded).hexdigest().encode()]),
-      "image/object/bbox/xmin": _floats([n.xmin for n in kept]),
-      "image/object/bbox/xmax": _floats([n.xmax for n in kept]),
-      "image/object/bbox/ymin": _floats([n.ymin for n in kept]),
-      "image/object/bbox/ymax": _floats([n.ymax for n in kept]),
-      "image/object/class/text": _bytes([n.obj.label.encode("utf-8") for n in kept]),
-      "image/object/class/label": _ints(ids),
-      "image/object/is_crowd": _ints([int(n.obj.is_crowd) for n in kept]),
-      "image/object/area": _floats([
+      "image/encoded": (B, [image.encoded]),
+      "image/format": (B, [image.info.format.encode()]),
+      "image/height": (I, [height]),
+      "image/width": (I, [width]),
+      "image/channels": (I, [image.info.channels]),
+      "image/filename": (B, [ann.key.encode("utf-8")]),
+      "image/source_id": (B, [ann.source_id.encode("utf-8")]),
+      "image/key/sha256": (B, [hashlib.sha256(image.encoded).hexdigest().encode()]),
+      "image/object/bbox/xmin": (F, [n.xmin for n in kept]),
+      "image/object/bbox/xmax": (F, [n.xmax for n in kept]),
+      "image/object/bbox/ymin": (F, [n.ymin for n in kept]),
+      "image/object/bbox/ymax": (F, [n.ymax for n in kept]),
+      "image/object/class/text": (B, [n.obj.label.encode("utf-8") for n in kept]),
+      "image/object/class/label": (I, ids),
+      "image/object/is_crowd": (I, [int(n.obj.is_crowd) for n in kept]),
+      "image/object/area": (F, [
           n.obj.area if n.obj.area is not None else
           (n.xmax - n.xmin) * width * (n.ymax - n.ymin) * height for n in kept]),
   }
   # VOC-only attributes: present when the source has them, defaults for objects that lack them.
   if any(n.obj.difficult is not None for n in kept):
-    features["image/object/difficult"] = _ints([int(bool(n.obj.difficult)) for n in kept])
+    features["image/object/difficult"] = (I, [int(bool(n.obj.difficult)) for n in kept])
   if any(n.obj.truncated is not None for n in kept):
-    features["image/object/truncated"] = _ints([int(bool(n.obj.truncated)) for n in kept])
+    features["image/object/truncated"] = (I, [int(bool(n.obj.truncated)) for n in kept])
   if any(n.obj.pose is not None for n in kept):
-    features["image/object/view"] = _bytes(
-        [(n.obj.pose or "Unspecified").encode("utf-8") for n in kept])
+    features["image/object/view"] = (B, [(n.obj.pose or "Unspecified").encode("utf-8")
+                                         for n in kept])
 
-  example = protos.Example(features=protos.Features(feature=features))
-  return Encoded(serialized=example.SerializeToString(deterministic=True),
+  return Encoded(serialized=_LAYOUT.serialize(features),
                  labels=[n.obj.label for n in kept],
                  clipped=sum(n.clipped for n in kept), errors=errors)
