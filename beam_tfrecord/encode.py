@@ -5,7 +5,8 @@ Shared by both sinks. Pure apart from reading the file through Beam's FileSystem
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, List, Mapping, Optional
+import hashlib
+from typing import Callable, List, Mapping, Optional, Tuple
 
 from beam_tfrecord import images, orientation
 from beam_tfrecord.paths import is_remote
@@ -68,17 +69,25 @@ def _in_displayed_frame(ann: ImageAnnotation, prepared: images.PreparedImage,
   return ann.replace(objects=objects)
 
 
+def fetch(uri: str) -> Tuple[bytes, str]:
+  """The image bytes and their hex SHA-256: both release the GIL, so the shard writer runs
+  this on its read-ahead threads (the digest is `image/key/sha256` when the bytes pass through)."""
+  data = read_bytes(uri)
+  return data, hashlib.sha256(data).hexdigest()
+
+
 def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
             options: EncodeOptions = EncodeOptions(),
-            read: Optional[Callable[[], bytes]] = None) -> Converted:
-  """Never raises for bad input: every problem becomes an ErrorRecord. `read` returns the
-  image bytes (or raises InputError) when they were fetched ahead; default read_bytes(uri)."""
+            fetched: Optional[Callable[[], Tuple[bytes, str]]] = None) -> Converted:
+  """Never raises for bad input: every problem becomes an ErrorRecord. `fetched` returns
+  fetch(ann.uri) (or raises InputError) when it ran ahead; by default it is called here."""
   errors: List[ErrorRecord] = []
   try:
-    data = read() if read is not None else read_bytes(ann.uri)
+    data, digest = fetched() if fetched is not None else (read_bytes(ann.uri), None)
     prepared = images.prepare(data, options.max_pixels, options.verify_images)
     ann = _in_displayed_frame(ann, prepared, options, errors)
-    encoded = od_api.encode(ann, prepared, label_map, options.bbox_policy)
+    encoded = od_api.encode(ann, prepared, label_map, options.bbox_policy,
+                            digest if prepared.encoded is data else None)
   except InputError as e:
     return Converted(None, [], 0, False, errors + [e.record(ann.source, ann.key)])
   except Exception as e:  # a bug or an unforeseen input: report it, never kill the job

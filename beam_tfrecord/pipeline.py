@@ -146,10 +146,14 @@ def read_source(root, config: ConvertConfig) -> Tuple[SourceOutput, List[str]]:
   return root | "ReadVoc" >> voc, sorted(voc.splits)
 
 
-def _locate_and_assign(ann: ImageAnnotation, fractions: Optional[Mapping[str, float]]):
-  """Fill in the file size and the split, or report the missing file (one fused step)."""
+def _locate_and_assign(ann: ImageAnnotation, fractions: Optional[Mapping[str, float]],
+                       size: Any = None):
+  """Fill in the file size and the split, or report the missing file (one fused step).
+  `size` is the file size or InputError when it was looked up already (_locate_batch)."""
   try:
-    size = paths.file_size(ann.uri)
+    size = paths.file_size(ann.uri) if size is None else size
+    if isinstance(size, InputError):
+      raise size
   except InputError as e:
     yield beam.pvalue.TaggedOutput("errors", e.record(ann.source, ann.key))
     return
@@ -158,6 +162,26 @@ def _locate_and_assign(ann: ImageAnnotation, fractions: Optional[Mapping[str, fl
   else:
     split = ann.split or DEFAULT_SPLIT
   yield ann.replace(size_bytes=size, split=split)
+
+
+REMOTE_LOCATE_THREADS = 16
+
+
+def _size_or_error(uri: str) -> Any:
+  try:
+    return paths.file_size(uri)
+  except InputError as e:
+    return e
+
+
+def _locate_batch(batch: Sequence[ImageAnnotation], fractions: Optional[Mapping[str, float]]):
+  """_locate_and_assign over a batch, the sizes looked up concurrently: on an object store
+  each lookup is a round trip, and one at a time they cost as much as the reads."""
+  import concurrent.futures
+  with concurrent.futures.ThreadPoolExecutor(REMOTE_LOCATE_THREADS) as pool:
+    sizes = list(pool.map(_size_or_error, [a.uri for a in batch]))
+  for ann, size in zip(batch, sizes):
+    yield from _locate_and_assign(ann, fractions, size)
 
 
 def _first_of_duplicates(uri: str, anns: Iterable[ImageAnnotation]):
@@ -176,15 +200,22 @@ class PrepareImages(beam.PTransform):
   instead (sharding.ShardPlan.duplicates), which saves that shuffle.
   """
 
-  def __init__(self, fractions: Optional[Mapping[str, float]], dedupe: bool = True):
+  def __init__(self, fractions: Optional[Mapping[str, float]], dedupe: bool = True,
+               remote: bool = False):
     super().__init__()
     self.fractions = dict(fractions) if fractions else None
     self.dedupe = dedupe
+    self.remote = remote  # images on an object store: look sizes up in concurrent batches
 
   def expand(self, images):
+    if self.remote:
+      images = images | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=256)
+      locate = beam.FlatMap(_locate_batch, self.fractions)
+    else:
+      locate = beam.FlatMap(_locate_and_assign, self.fractions)
     located = (images
-               | "Locate" >> beam.FlatMap(_locate_and_assign, self.fractions)
-               .with_output_types(ImageAnnotation).with_outputs("errors", main="images"))
+               | "Locate" >> locate.with_output_types(ImageAnnotation).with_outputs(
+                   "errors", main="images"))
     if not self.dedupe:
       return located.images, located.errors
     unique = (located.images
@@ -387,8 +418,10 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   user_map = label_maps.read(config.label_map) if config.label_map else None
   source, source_splits = read_source(root, config)
   fractions = config.split_fractions()
+  remote = config.allow_absolute_paths or any(
+      paths.is_remote(paths.parse_assignment(item)[1]) for item in config.images + config.inputs)
   images, prepare_errors = source.images | "Prepare" >> PrepareImages(
-      fractions, dedupe=config.sink != "shards")
+      fractions, dedupe=config.sink != "shards", remote=remote)
   label_map = beam.pvalue.AsSingleton(root | "LabelMap" >> BuildLabelMap(source, user_map))
   plan = beam.pvalue.AsSingleton(images | "Plan" >> beam.CombineGlobally(
       _PlanFn(config.num_shards, config.shard_size_mb)))

@@ -17,7 +17,7 @@ from apache_beam.io.tfrecordio import _TFRecordUtil  # TFRecord framing with CRC
 from apache_beam.metrics import Metrics
 
 from beam_tfrecord import paths, sharding
-from beam_tfrecord.encode import Converted, EncodeOptions, convert, read_bytes
+from beam_tfrecord.encode import Converted, EncodeOptions, convert, fetch
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.prefetch import prefetch
 from beam_tfrecord.sharding import ShardPlan
@@ -115,11 +115,11 @@ class _WriteShard(beam.DoFn):
     errors: List[ErrorRecord] = []
     anns = unique_files(anns, errors)
     workers = read_ahead_workers(anns[0].uri) if anns else 0
-    fetched = prefetch(anns, lambda a: read_bytes(a.uri), lambda a: a.size_bytes or 0, workers,
-                       READ_AHEAD_BYTES)
+    ahead = prefetch(anns, lambda a: fetch(a.uri), lambda a: a.size_bytes or 0, workers,
+                     READ_AHEAD_BYTES)
     with FileSystems.create(partial) as f:
-      for ann, read in fetched:
-        result = convert(ann, label_map, self.options, read)
+      for ann, fetched in ahead:
+        result = convert(ann, label_map, self.options, fetched)
         errors.extend(result.errors)
         if result.serialized is None:
           self.rejected.inc()

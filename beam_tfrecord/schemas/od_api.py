@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from beam_tfrecord import boxes, protos
 from beam_tfrecord.images import PreparedImage
@@ -52,7 +52,7 @@ B, F, I = protos.BYTES, protos.FLOATS, protos.INTS
 
 
 def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, int],
-           bbox_policy: str = "clip") -> Encoded:
+           bbox_policy: str = "clip", sha256_hex: Optional[str] = None) -> Encoded:
   """Build the Example. Objects that fail validation or lack a label id are left out of the
   Example and reported as errors; with bbox_policy='error' a box partly outside the image
   fails the whole image instead."""
@@ -82,7 +82,8 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
       "image/channels": (I, [image.info.channels]),
       "image/filename": (B, [ann.key.encode("utf-8")]),
       "image/source_id": (B, [ann.source_id.encode("utf-8")]),
-      "image/key/sha256": (B, [hashlib.sha256(image.encoded).hexdigest().encode()]),
+      "image/key/sha256": (B, [(sha256_hex or hashlib.sha256(image.encoded).hexdigest())
+                               .encode()]),
       "image/object/bbox/xmin": (F, [n.xmin for n in kept]),
       "image/object/bbox/xmax": (F, [n.xmax for n in kept]),
       "image/object/bbox/ymin": (F, [n.ymin for n in kept]),
