@@ -102,7 +102,12 @@ BYTES, FLOATS, INTS = "bytes", "floats", "ints"
 _KIND_TAG = {BYTES: b"\x0a", FLOATS: b"\x12", INTS: b"\x1a"}  # Feature's oneof field tags
 
 
+_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
+
+
 def _varint(value: int) -> bytes:
+  if value < 0x80:
+    return _ONE_BYTE[value]
   out = bytearray()
   while value > 0x7F:
     out.append((value & 0x7F) | 0x80)
