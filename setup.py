@@ -26,6 +26,7 @@ setup(
         "google-crc32c>=1.5",   # fast CRC32C for TFRecord framing (Beam falls back to pure Python)
         "ijson>=3.2",           # streaming COCO JSON
         "defusedxml>=0.7",      # VOC XML without entity expansion
+        "pyyaml>=6",            # YOLO data.yaml
         "protobuf>=4.21",
         "rich>=13",             # progress line on terminals
     ],

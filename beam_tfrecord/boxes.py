@@ -34,18 +34,21 @@ def normalize(obj: ObjectAnnotation, width: int, height: int,
   """
   b = obj.box
   coords = (b.xmin, b.ymin, b.xmax, b.ymax)
+  # Normalized boxes (YOLO) are checked and clipped against the unit square and kept as given,
+  # so that they reach the Example without a round trip through pixels.
+  scale_w, scale_h = (1.0, 1.0) if b.normalized else (float(width), float(height))
   if not all(isinstance(c, (int, float)) and math.isfinite(c) for c in coords):
     raise _bad("bbox_not_finite", f"box {coords} of {obj.label!r} has a non-finite coordinate")
   if b.xmax <= b.xmin or b.ymax <= b.ymin:
     raise _bad("bbox_empty", f"box {coords} of {obj.label!r} has no area")
-  if b.xmax <= 0 or b.ymax <= 0 or b.xmin >= width or b.ymin >= height:
+  if b.xmax <= 0 or b.ymax <= 0 or b.xmin >= scale_w or b.ymin >= scale_h:
     raise _bad("bbox_outside", f"box {coords} of {obj.label!r} lies outside the "
                f"{width}x{height} image")
-  clipped = b.xmin < 0 or b.ymin < 0 or b.xmax > width or b.ymax > height
+  clipped = b.xmin < 0 or b.ymin < 0 or b.xmax > scale_w or b.ymax > scale_h
   if clipped and policy != "clip":
     raise _bad("bbox_partly_outside", f"box {coords} of {obj.label!r} extends beyond the "
                f"{width}x{height} image")
-  xmin, xmax = max(b.xmin, 0.0), min(b.xmax, float(width))
-  ymin, ymax = max(b.ymin, 0.0), min(b.ymax, float(height))
-  return NormalizedObject(obj=obj, xmin=xmin / width, ymin=ymin / height,
-                          xmax=xmax / width, ymax=ymax / height, clipped=clipped)
+  xmin, xmax = max(b.xmin, 0.0), min(b.xmax, scale_w)
+  ymin, ymax = max(b.ymin, 0.0), min(b.ymax, scale_h)
+  return NormalizedObject(obj=obj, xmin=xmin / scale_w, ymin=ymin / scale_h,
+                          xmax=xmax / scale_w, ymax=ymax / scale_h, clipped=clipped)

@@ -6,21 +6,31 @@ Options this tool does not know are handed to Beam as pipeline options (--runner
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
+import threading
 import time
 import uuid
 from typing import Optional, Sequence
 
-from beam_tfrecord import __version__, sharding
+from beam_tfrecord import __version__, paths, sharding
+from beam_tfrecord.encode import DEFAULT_MAX_IMAGE_BYTES
+from beam_tfrecord.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from beam_tfrecord.images import DEFAULT_MAX_PIXELS
 from beam_tfrecord.orientation import EXIF_FRAMES
-from beam_tfrecord.pipeline import FORMATS, SINKS, ConvertConfig
+from beam_tfrecord.pipeline import FORMATS, SCHEMAS, SINKS, ConvertConfig
 from beam_tfrecord.progress import Progress
 
+DEMO_FORMATS = ("coco", "voc", "csv")
+
 EPILOG = """\
-Any option not listed above is passed to Apache Beam as a pipeline option, for example
+Exit codes: 0 success (at least one example written); 1 runner or job failure; 2 usage or
+input error found before running (nothing written); 3 the error-rate policy failed the run;
+4 nothing was written (every image rejected). Only a successful run replaces an earlier output.
+
+Apache Beam's own pipeline options pass through, for example
   --runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing
   --runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp --setup_file=./setup.py
 Without --runner, Beam's local FnApiRunner runs in this process (what the DirectRunner
@@ -30,25 +40,42 @@ falls back to offline, without its attempt to fetch Prism first).
 
 def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = True) -> None:
   if with_format:
-    parser.add_argument("--format", required=True, choices=FORMATS,
-                        help="annotation format: coco (instances JSON), voc (Pascal VOC "
-                        "directory), csv (TF Object Detection CSV, one row per object)")
+    parser.add_argument("--format", choices=FORMATS, default="auto",
+                        help="annotation format. auto (default): decided from --input and "
+                        "printed ('detected: yolo (data.yaml)'); coco (instances JSON), voc "
+                        "(Pascal VOC directory or a folder of LabelImg XMLs), csv (TF Object "
+                        "Detection CSV, one row per object, or a classification listing), "
+                        "yolo (Ultralytics data.yaml or Darknet obj.data), folders (class "
+                        "folders: ROOT/CLASS/IMAGE or ROOT/SPLIT/CLASS/IMAGE). A Roboflow "
+                        "export directory (train/ valid/ test/) gives one split per folder")
   parser.add_argument("--input", action="append", required=True, metavar="[SPLIT=]PATH",
                       help="annotation source; repeat for several. coco: an instances JSON file; "
                       "csv: a CSV file; voc: the VOC directory (Annotations/, JPEGImages/, "
-                      "ImageSets/Main/). Prefix SPLIT= to give the file's split, e.g. "
+                      "ImageSets/Main/) or a folder of XMLs (searched recursively); yolo: a "
+                      "data.yaml, an obj.data, or the directory holding it; folders: the root "
+                      "of the class folders; auto: any of these, or an export directory. "
+                      "Prefix SPLIT= to give the file's split, e.g. "
                       "val=annotations/instances_val2017.json. Local paths or gs://, s3:// URIs")
   parser.add_argument("--images", action="append", default=[], metavar="[SPLIT=]DIR",
                       help="image root that file names in the annotations are relative to; "
                       "repeat with SPLIT= for a root per split. Default: coco/csv, the "
-                      "annotation file's directory; voc, VOC/JPEGImages. File names may not "
-                      "leave this root")
+                      "annotation file's directory; voc, VOC/JPEGImages, or beside the XMLs "
+                      "for a folder of XMLs (whose <filename> is looked up under DIR, in the "
+                      "XML's sub-folder, then directly). yolo and folders find their images "
+                      "themselves. File names may not leave this root")
   parser.add_argument("--output", required=True, metavar="DIR",
                       help="output directory (local or gs://): shards, label_map.pbtxt, "
                       "manifest.json, errors-*.jsonl")
   parser.add_argument("--label-map", metavar="PBTXT",
-                      help="label_map.pbtxt to use for class ids (overrides COCO ids and the "
-                      "sorted-name default); objects of classes missing from it are reported")
+                      help="label_map.pbtxt to use for class ids (overrides COCO ids, YOLO's "
+                      "index + 1 and the sorted-name default); objects of classes missing from "
+                      "it are reported")
+  parser.add_argument("--schema", choices=SCHEMAS,
+                      help="record layout. od-api: TF Object Detection API keys (boxes), the "
+                      "default for box sources; classification: image/encoded, "
+                      "image/class/label (ids 0..N-1 in sorted name order, names in "
+                      "labels.txt), image/class/text ..., the default for class folders and "
+                      "classification CSV listings")
   parser.add_argument("--split", metavar="NAME=FRAC,...",
                       help="assign splits by a hash of each image's key, e.g. "
                       "train=0.8,val=0.1,test=0.1 (deterministic). Default: splits from the "
@@ -64,7 +91,9 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       "output; beam: Beam's WriteToTFRecord, for runners with a cheap shuffle")
   parser.add_argument("--csv-columns", metavar="FIELD=COLUMN,...",
                       help="csv only: map the expected fields (filename, width, height, class, "
-                      "xmin, ymin, xmax, ymax, split) to the CSV's own column names")
+                      "xmin, ymin, xmax, ymax, split) to the CSV's own column names, e.g. "
+                      "filename=path,class=label. A CSV without box columns is a "
+                      "classification listing (one image-level label per row)")
   parser.add_argument("--bbox-policy", choices=("clip", "drop", "error"), default="clip",
                       help="boxes partly outside the image: clip them (counted), drop the box, "
                       "or reject the image. Empty, non-finite or fully outside boxes are "
@@ -72,6 +101,10 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   parser.add_argument("--allow-absolute-paths", action="store_true",
                       help="accept absolute paths / URIs (gs://...) as file names in the "
                       "annotations instead of rejecting them")
+  parser.add_argument("--follow-symlinks", action="store_true",
+                      help="accept images that are symlinks to readable files outside the "
+                      "image root (symlink farms, exports assembled with ln -s); without it "
+                      "they are rejected as symlink_escape")
   policy = parser.add_mutually_exclusive_group()
   policy.add_argument("--max-error-rate", type=float, metavar="R",
                       help="fail (exit code 3, after writing the error report) when rejected "
@@ -90,9 +123,21 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   parser.add_argument("--verify-images", action="store_true",
                       help="fully decode every JPEG/PNG to reject corrupt ones (slower); by "
                       "default only the header and the end marker are checked")
+  parser.add_argument("--max-image-bytes", type=int, default=DEFAULT_MAX_IMAGE_BYTES,
+                      metavar="N", help="reject image files larger than N bytes (checked with a "
+                      f"stat, before reading). Default {DEFAULT_MAX_IMAGE_BYTES} (256 MB)")
+  parser.add_argument("--image-sets", metavar="SET,...",
+                      help="voc only: the ImageSets/Main lists to use as splits, e.g. "
+                      "train,val,test. Default: every list; a union list (trainval) is not a "
+                      "split when its parts are there, and with only train and trainval, "
+                      "val = trainval - train")
   parser.add_argument("--overwrite", action="store_true",
-                      help="write into a non-empty output directory, removing the files of an "
-                      "earlier run first")
+                      help="replace an earlier run in the output directory, once the new run "
+                      "has succeeded. Only files that run's manifest.json lists are replaced; "
+                      "a directory holding anything else is refused (exit 2)")
+  parser.add_argument("--break-lock", action="store_true",
+                      help="take over the output's lock (.beam-tfrecord-lock) left by a run "
+                      "that died; a live run's lock on this host is never broken")
   parser.add_argument("--if-changed", action="store_true",
                       help="for scheduled runs: skip (exit 0) when the sources (annotation files, "
                       "image listing: names, sizes, modification times) and settings equal the "
@@ -101,10 +146,11 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
 
 
 def make_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(
+  parser = _Parser(
       prog="beam-tfrecord",
-      description="Convert labelled image datasets (COCO, Pascal VOC, TF OD CSV) into sharded "
-      "TFRecords of tf.train.Example (TF Object Detection API keys) with Apache Beam.")
+      description="Convert labelled image datasets (COCO, Pascal VOC / LabelImg, TF OD CSV, "
+      "YOLO, class folders, Roboflow exports) into sharded TFRecords of tf.train.Example (TF "
+      "Object Detection API or classification keys) with Apache Beam.")
   parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
   sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
   convert = sub.add_parser("convert", help="convert a dataset to TFRecords",
@@ -119,23 +165,153 @@ def make_parser() -> argparse.ArgumentParser:
   demo.add_argument("--output", default="demo-output", metavar="DIR",
                     help="where to write the sample data (DIR/data) and the TFRecords "
                     "(DIR/tfrecords). Default: demo-output")
-  demo.add_argument("--format", choices=FORMATS, default="coco",
+  demo.add_argument("--format", choices=DEMO_FORMATS, default="coco",
                     help="which of the sample's annotation formats to convert (default coco)")
   demo.add_argument("--images", type=int, default=24, help="sample images to make (default 24)")
   inspect = sub.add_parser("inspect", help="print the summary of a finished output directory")
   inspect.add_argument("output", metavar="DIR")
-  verify = sub.add_parser("verify", help="read every shard back with TensorFlow and check it "
-                          "against manifest.json")
+  verify = sub.add_parser("verify", help="check an output against its manifest.json: status, "
+                          "every shard's size, CRCs and record count, every record parsed "
+                          "with TensorFlow, no stray shard, the label map")
   verify.add_argument("output", metavar="DIR")
+  verify.add_argument("--repair", action="store_true",
+                      help="complete a replacement that a killed run left half done")
   return parser
 
 
-def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[str]) -> int:
-  """Build and run the pipeline; print the summary. Returns the exit code."""
+class _Parser(argparse.ArgumentParser):
+  """Usage errors become UsageError: one line and exit 2, printed by main()."""
+
+  def error(self, message: str):
+    raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _beam_parser() -> argparse.ArgumentParser:
+  """A parser that knows every Beam pipeline option (as PipelineOptions collects them)."""
+  from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+  parser = _BeamArgumentParser(allow_abbrev=False)
+  seen, todo = set(), list(PipelineOptions.__subclasses__())
+  while todo:
+    cls = todo.pop()
+    if cls in seen:
+      continue
+    seen.add(cls)
+    todo.extend(cls.__subclasses__())
+    try:
+      cls._add_argparse_args(parser)
+    except argparse.ArgumentError:
+      pass  # an option two classes declare
+  return parser
+
+
+def check_beam_args(beam_args: Sequence[str], own: argparse.ArgumentParser) -> None:
+  """Options that neither this tool nor Beam knows are errors, with a 'did you mean'."""
+  import difflib
+  try:
+    _, unknown = _beam_parser().parse_known_args(list(beam_args))
+  except SystemExit:
+    raise UsageError(f"bad Beam pipeline option in {' '.join(beam_args)}") from None
+  flags = [a.split("=", 1)[0] for a in unknown if a.startswith("-")]
+  if not flags and unknown:
+    raise UsageError(f"unrecognized arguments: {' '.join(unknown)}")
+  if not flags:
+    return
+  ours = sorted({o for a in _convert_actions(own) for o in a.option_strings if o.startswith("--")})
+  flag = flags[0]
+  close = difflib.get_close_matches(flag.replace("_", "-").lower(), ours, n=1, cutoff=0.6)
+  hint = f"; did you mean {close[0]}?" if close else "; see `beam-tfrecord convert --help`"
+  raise UsageError(f"unknown option {flag} (neither beam-tfrecord nor Apache Beam knows it)"
+                   + hint)
+
+
+def _convert_actions(parser: argparse.ArgumentParser):
+  for action in parser._actions:
+    if isinstance(action, argparse._SubParsersAction):
+      return action.choices["convert"]._actions
+  return parser._actions
+
+
+@contextlib.contextmanager
+def _private_tempdir():
+  """Beam's temporary folders (beam-pipeline-temp*) go into a folder of this run's, removed
+  on every exit path; folders of our runs that were killed outright are removed too."""
+  import shutil
+  import tempfile
+  base = tempfile.gettempdir()
+  for name in os.listdir(base):
+    parts = name.split("-")
+    if name.startswith("beam-tfrecord-tmp-") and len(parts) > 3 and parts[3].isdigit():
+      try:
+        os.kill(int(parts[3]), 0)
+      except ProcessLookupError:
+        shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+      except OSError:
+        pass
+  private = tempfile.mkdtemp(prefix=f"beam-tfrecord-tmp-{os.getpid()}-", dir=base)
+  saved_env, saved_dir = os.environ.get("TMPDIR"), tempfile.tempdir
+  os.environ["TMPDIR"], tempfile.tempdir = private, private
+  try:
+    yield private
+  finally:
+    tempfile.tempdir = saved_dir
+    if saved_env is None:
+      os.environ.pop("TMPDIR", None)
+    else:
+      os.environ["TMPDIR"] = saved_env
+    shutil.rmtree(private, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _terminate_as_exit():
+  """SIGTERM (a scheduler's kill) unwinds like Ctrl-C, so cleanup code runs."""
+  import signal
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  previous = signal.getsignal(signal.SIGTERM)
+  signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(143)))
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _building_only(options) -> bool:
+  """True when the run only builds a job (Dataflow --dry_run, a template): no input is read
+  and no output written here."""
+  from apache_beam.options.pipeline_options import GoogleCloudOptions, TestOptions
+  return bool(options.view_as(TestOptions).dry_run or
+              options.view_as(GoogleCloudOptions).template_location)
+
+
+def _run_manifest(output: str, run_id: str):
+  """This run's manifest: in the output when it replaced it, else in its run directory."""
+  from beam_tfrecord import output as outputs
+  for uri in (paths.join(outputs.run_dir(output, run_id), outputs.MANIFEST),
+              paths.join(output, outputs.MANIFEST)):
+    try:
+      manifest = outputs.read_json(uri)
+    except Exception:
+      continue
+    if manifest.get("run_id") == run_id:
+      return manifest
+  return None
+
+
+def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[str],
+                break_lock: bool = False) -> int:
+  """Check, build and run the pipeline; print the summary. Returns the exit code.
+
+  Order matters: everything that can be checked (options, inputs, label map, the output's
+  ownership) is checked before the output directory is created; the lock is taken before
+  anything in it changes; only a successful run replaces an earlier output.
+  """
   import apache_beam as beam
   from apache_beam.options.pipeline_options import PipelineOptions
+  from beam_tfrecord import lock as locks
   from beam_tfrecord import output as outputs
   from beam_tfrecord import pipeline as pipeline_mod
+  from beam_tfrecord import preflight
 
   options = PipelineOptions(list(beam_args))
   standard = options.view_as(beam.options.pipeline_options.StandardOptions)
@@ -150,30 +326,78 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
     print("beam-tfrecord: warning: Beam's multi_threading mode lost records under load in our "
           "measurements; the run fails rather than finish incomplete if that happens",
           file=sys.stderr)
-  try:
-    outputs.prepare(config.output, config.overwrite)
-  except outputs.OutputNotEmpty as e:
-    print(f"beam-tfrecord: {e}", file=sys.stderr)
-    return 2
-  start = time.monotonic()
-  p = beam.Pipeline(options=options)
+  building_only = _building_only(options)
+  if not building_only:
+    preflight.check(config)
+    outputs.check_ownership(config.output, config.overwrite,
+                            pipeline_mod.input_paths(config))
   run_id = uuid.uuid4().hex
-  pipeline_mod.build(p, config, argv, run_id)
-  with Progress(pipeline_mod.staging_dir(config.output, run_id)):
-    result = p.run()  # local runners block here; remote ones return at once
-    state = _wait(result, options)
-  if state is None:  # nothing to wait for: a template, --dry_run or --no_wait_until_finish
-    return 0
-  seconds = time.monotonic() - start
-  if str(state) not in ("DONE", "PipelineState.DONE"):
-    print(f"beam-tfrecord: pipeline ended in state {state}", file=sys.stderr)
-    return 1
-  manifest = outputs.read_manifest(config.output)
+  with _private_tempdir(), _terminate_as_exit():
+    p = beam.Pipeline(options=options)
+    try:
+      pipeline_mod.build(p, config, argv, run_id)
+    except ValueError as e:
+      raise UsageError(str(e)) from None
+    if building_only:
+      return _wait(p.run(), options) or EXIT_OK
+    from apache_beam.io.filesystems import FileSystems
+    created = not FileSystems.exists(config.output)
+    if created and not paths.is_remote(config.output):
+      os.makedirs(config.output, exist_ok=True)
+    start = time.monotonic()
+    with locks.OutputLock(config.output, run_id, break_lock):
+      repaired = outputs.recover(config.output)
+      if repaired:
+        print(f"beam-tfrecord: {config.output}: {repaired}", file=sys.stderr)
+      outputs.check_ownership(config.output, config.overwrite,
+                              pipeline_mod.input_paths(config))
+      outputs.remove_leftovers(config.output, keep=[outputs.LOCK])
+      with Progress(outputs.run_dir(config.output, run_id)):
+        try:
+          result = p.run()  # local runners block here; remote ones return at once
+        except Exception as e:  # a DoFn raised past our error handling: a runner failure
+          first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+          print(f"beam-tfrecord: the pipeline failed ({type(e).__name__}: {first[:300]}); "
+                f"{config.output} is unchanged", file=sys.stderr)
+          return EXIT_FAILED
+        state = _wait(result, options)
+      if state is None:  # --no_wait_until_finish: the job goes on without us
+        return EXIT_OK
+      if str(state) not in ("DONE", "PipelineState.DONE"):
+        print(f"beam-tfrecord: pipeline ended in state {state}; {config.output} is unchanged",
+              file=sys.stderr)
+        return EXIT_FAILED
+    return _report(config, run_id, time.monotonic() - start, created)
+
+
+def _report(config: ConvertConfig, run_id: str, seconds: float, created: bool) -> int:
+  """Print the summary and the outcome of a finished local run; its exit code."""
+  from beam_tfrecord import output as outputs
+  from beam_tfrecord.pipeline import OUTCOMES
+  manifest = _run_manifest(config.output, run_id)
+  if manifest is None:
+    print(f"beam-tfrecord: the pipeline finished without writing its manifest; "
+          f"{config.output} is unchanged", file=sys.stderr)
+    return EXIT_FAILED
   print(outputs.summary(manifest, config.output, seconds))
-  if manifest["status"] != "ok":
-    print(f"beam-tfrecord: {manifest['status']}", file=sys.stderr)
-    return 3
-  return 0
+  code = OUTCOMES.get(manifest.get("outcome", ""), EXIT_FAILED)
+  if code == EXIT_OK:
+    return code
+  report = outputs.run_dir(config.output, run_id)
+  kept = ("no output was made" if created else f"the earlier output in {config.output} is "
+          "unchanged")
+  if code == EXIT_USAGE and created:  # nothing seen at all: leave no trace
+    outputs.remove_leftovers(config.output)
+    if not paths.is_remote(config.output):
+      try:
+        os.rmdir(config.output)
+      except OSError:
+        pass
+    where = ""
+  else:
+    where = f"; this run's report (manifest, errors): {report}"
+  print(f"beam-tfrecord: {manifest['status']}; {kept}{where}", file=sys.stderr)
+  return code
 
 
 def _wait(result, options):
@@ -200,6 +424,8 @@ def _wait(result, options):
     return None
   try:
     return result.wait_until_finish()
+  except (KeyboardInterrupt, SystemExit):
+    raise
   except Exception as e:  # DataflowRuntimeException: the job ended FAILED or CANCELLED
     state = getattr(result, "state", None)
     print(f"beam-tfrecord: {type(e).__name__}: {e}", file=sys.stderr)
@@ -213,7 +439,9 @@ def _config(args: argparse.Namespace) -> ConvertConfig:
       shard_size_mb=args.shard_size_mb, sink=args.sink, csv_columns=args.csv_columns,
       bbox_policy=args.bbox_policy, allow_absolute_paths=args.allow_absolute_paths,
       overwrite=args.overwrite, max_error_rate=0.0 if args.strict else args.max_error_rate,
-      max_pixels=args.max_pixels, exif_frame=args.exif_frame, verify_images=args.verify_images)
+      max_pixels=args.max_pixels, exif_frame=args.exif_frame, verify_images=args.verify_images,
+      max_image_bytes=args.max_image_bytes, image_sets=args.image_sets,
+      schema=args.schema, follow_symlinks=args.follow_symlinks)
 
 
 def _demo(args, beam_args: Sequence[str]) -> int:
@@ -232,8 +460,8 @@ def _demo(args, beam_args: Sequence[str]) -> int:
                          overwrite=True)
   code = run_convert(config, beam_args, ["demo", "--format", args.format])
   if code == 0:
-    from beam_tfrecord import output as outputs
-    code = outputs.verify(config.output)
+    from beam_tfrecord import verify
+    code = verify.run(config.output)
   return code
 
 
@@ -249,39 +477,64 @@ def _unchanged(config: ConvertConfig) -> bool:
           f"fingerprint {current['sha256'][:12]})")
     return True
   config.source_fingerprint = current
-  if manifest is not None or fingerprint.holds_only_own_files(config.output):
-    config.overwrite = True  # an earlier run of ours (finished or interrupted): replace it
+  if manifest is not None:
+    config.overwrite = True  # an earlier run of ours: replace it (once this one succeeds)
   return False
 
 
+def _resolve(config: ConvertConfig) -> ConvertConfig:
+  """--format auto decided (and printed) and the schema chosen before anything runs; raises
+  UsageError for what is wrong with the input."""
+  import dataclasses
+  from beam_tfrecord import pipeline as pipeline_mod
+  if config.format == "auto":
+    from beam_tfrecord import detect
+    found = detect.detect(config.inputs)
+    print(found.line(), flush=True)
+    config = dataclasses.replace(config, format=found.format, inputs=list(found.inputs))
+  return pipeline_mod.resolve(config)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+  """The console script. Every usage or input error is one line on stderr and exit 2."""
+  try:
+    return _main(argv)
+  except UsageError as e:
+    print(f"beam-tfrecord: error: {e}", file=sys.stderr)
+    return EXIT_USAGE
+  except KeyboardInterrupt:
+    print("beam-tfrecord: interrupted; the earlier output is unchanged", file=sys.stderr)
+    return 130
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   parser = make_parser()
   args, beam_args = parser.parse_known_args(argv)
   if args.command not in ("convert", "demo") and beam_args:
     parser.error(f"unrecognized arguments: {' '.join(beam_args)}")
-  # A bare word is fine as the value of a preceding "--flag" (Beam accepts "--runner X").
-  bad = [a for i, a in enumerate(beam_args) if not a.startswith("--") and not (
-      i > 0 and beam_args[i - 1].startswith("--") and "=" not in beam_args[i - 1])]
-  if bad:
-    parser.error(f"unrecognized arguments: {' '.join(bad)}")
+  check_beam_args(beam_args, parser)
   logging.getLogger("apache_beam").setLevel(logging.WARNING)
   if args.command == "convert":
     config = _config(args)
     try:
       config.validate()
     except ValueError as e:
-      parser.error(str(e))
+      raise UsageError(str(e)) from None
+    config = _resolve(config)
     if args.if_changed and _unchanged(config):
-      return 0
-    return run_convert(config, beam_args, argv)
+      return EXIT_OK
+    return run_convert(config, beam_args, argv, break_lock=args.break_lock)
   if args.command == "demo":
     return _demo(args, beam_args)
   from beam_tfrecord import output as outputs
+  from beam_tfrecord import verify
   if args.command == "inspect":
-    print(outputs.summary(outputs.read_manifest(args.output), args.output))
-    return 0
-  return outputs.verify(args.output)
+    manifest = outputs.read_manifest(args.output)
+    print(f"status: {manifest.get('status')}")
+    print(outputs.summary(manifest, args.output))
+    return EXIT_OK if manifest.get("status") == "ok" else EXIT_FAILED
+  return verify.run(args.output, repair=args.repair)
 
 
 if __name__ == "__main__":

@@ -71,19 +71,42 @@ def source_patterns(config) -> List[Tuple[str, str]]:
 
   coco/csv: each annotation file; the image roots (default: each annotation file's directory).
   voc: Annotations/ and ImageSets/Main/ under the VOC directory; the image root (default
-  VOC/JPEGImages). Plus --label-map when given.
+  VOC/JPEGImages); a folder of XMLs: everything below it. folders: everything below each
+  input. yolo: the dataset yaml / obj.data, the dataset root, each image directory and its
+  label directory (or list file). Plus --label-map when given.
   """
   result: List[Tuple[str, str]] = []
   from beam_tfrecord.pipeline import image_roots
   default_root, per_split = image_roots(config)
   roots = list(per_split.values()) + ([default_root] if default_root else [])
   if config.format == "voc":
+    from beam_tfrecord.sources.voc import is_flat
     for item in config.inputs:
       _, voc = paths.parse_assignment(item)
+      if is_flat(voc):  # a folder of XMLs: XMLs and (unless --images) images anywhere below
+        result.append(("tree", paths.join(voc, "**")))
+        continue
       result.append(("tree", paths.join(paths.join(voc, "Annotations"), "**")))
       result.append(("tree", paths.join(paths.join(voc, "ImageSets"), "**")))
       if not roots:
         roots.append(paths.join(voc, "JPEGImages"))
+  elif config.format == "folders":
+    for item in config.inputs:
+      result.append(("tree", paths.join(paths.parse_assignment(item)[1], "**")))
+  elif config.format == "yolo":
+    from beam_tfrecord.sources import yolo
+    for item in config.inputs:
+      split, uri = paths.parse_assignment(item)
+      dataset = yolo.load(uri, split)
+      result.append(("tree", paths.join(dataset.root, "**")))
+      for _, entries in dataset.splits:  # entries may lie outside the root (../x)
+        for entry in entries:
+          result.append(("file", entry) if entry.endswith(".txt") else
+                        ("tree", paths.join(entry, "**")))
+          if not entry.endswith(".txt"):
+            result.append(("tree", paths.join(yolo.label_dir(entry), "**")))
+      if uri.endswith((".yaml", ".yml", ".data")):
+        result.append(("file", uri))
   else:
     for item in config.inputs:
       split, uri = paths.parse_assignment(item)
@@ -138,27 +161,3 @@ def recorded(output: str) -> Tuple[Optional[Dict], Optional[Dict]]:
   if manifest.get("status", "ok") != "ok":
     return manifest, None
   return manifest, manifest.get("source_fingerprint")
-
-
-def holds_only_own_files(output: str) -> bool:
-  """True when every entry of `output` (files and directories) is one a conversion writes
-  (shards, label map, manifest, errors, staging and temporary directories): an earlier run,
-  finished or interrupted, that --if-changed may replace. Anything else still needs an
-  explicit --overwrite."""
-  import fnmatch
-  from beam_tfrecord import output as outputs
-  if paths.is_remote(output):
-    from apache_beam.io.filesystems import FileSystems
-    prefix = output.rstrip("/") + "/"
-    try:
-      found = FileSystems.match([prefix + "**"])[0].metadata_list
-    except Exception:
-      found = []
-    names = {m.path[len(prefix):].split("/", 1)[0] for m in found if m.path.startswith(prefix)}
-  else:
-    try:
-      names = set(os.listdir(output))
-    except OSError:  # missing: nothing to replace
-      names = set()
-  return all(any(fnmatch.fnmatchcase(n, p.split("/", 1)[0]) for p in outputs.OWN_PATTERNS)
-             for n in names)

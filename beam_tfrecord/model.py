@@ -12,11 +12,13 @@ from typing import Any, Optional, Tuple
 
 @dataclasses.dataclass(frozen=True)
 class Box:
-  """An axis-aligned box in absolute pixel coordinates of the annotated image."""
+  """An axis-aligned box in absolute pixel coordinates of the annotated image, or in [0, 1]
+  image units when `normalized` (YOLO labels: the source never reads the image size)."""
   xmin: float
   ymin: float
   xmax: float
   ymax: float
+  normalized: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +44,8 @@ class ImageAnnotation:
   source_id: the id the annotation format gives the image (COCO image id, else filename).
   width/height: what the annotation claims (None when it says nothing); the header decides.
   size_bytes: file size, filled in when the file is located (for shard sizing).
+  labels:    image-level class names (class folders, classification listings); boxes go in
+             `objects`.
   """
   key: str
   uri: str
@@ -52,6 +56,7 @@ class ImageAnnotation:
   width: Optional[int] = None
   height: Optional[int] = None
   size_bytes: Optional[int] = None
+  labels: Tuple[str, ...] = ()
 
   def replace(self, **changes: Any) -> "ImageAnnotation":
     return dataclasses.replace(self, **changes)

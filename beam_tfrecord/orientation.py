@@ -48,7 +48,10 @@ def _point(x: float, y: float, orientation: int, w: float, h: float) -> Tuple[fl
 
 
 def to_displayed(box: Box, orientation: int, width: int, height: int) -> Box:
-  """A box in the stored frame (width x height) -> the same box in the displayed frame."""
+  """A box in the stored frame (width x height) -> the same box in the displayed frame.
+  A normalized box is turned within the unit square."""
+  if box.normalized:
+    width = height = 1
   x0, y0 = _point(box.xmin, box.ymin, orientation, width, height)
   x1, y1 = _point(box.xmax, box.ymax, orientation, width, height)
-  return Box(min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
+  return Box(min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1), box.normalized)

@@ -45,11 +45,14 @@ def clean_name(name: object) -> str:
   return normalized
 
 
-def resolve(root: str, name: str, allow_absolute: bool = False) -> tuple[str, str]:
+def resolve(root: str, name: str, allow_absolute: bool = False,
+            follow_symlinks: bool = False) -> tuple[str, str]:
   """(key, uri) for a file name from an annotation, guaranteed inside `root`.
 
   With allow_absolute, names that are full URIs or absolute paths are taken as they are
-  (for CSVs that list gs://bucket/... paths); the key is then the full name.
+  (for CSVs that list gs://bucket/... paths); the key is then the full name. A name that is a
+  symlink leading out of `root` is refused unless follow_symlinks, which accepts links whose
+  target is a readable file (symlink farms for splits, exports assembled with `ln -s`).
   """
   if allow_absolute and isinstance(name, str) and (is_remote(name) or name.startswith("/")):
     return name, name
@@ -59,8 +62,13 @@ def resolve(root: str, name: str, allow_absolute: bool = False) -> tuple[str, st
     real_root = os.path.realpath(root)
     real = os.path.realpath(uri)
     if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
-      raise InputError("locate", "symlink_escape",
-                       f"{name!r} resolves to {real}, outside the image root {real_root}")
+      if not follow_symlinks:
+        raise InputError("locate", "symlink_escape",
+                         f"{name!r} resolves to {real}, outside the image root {real_root}; "
+                         "pass --follow-symlinks to accept symlinked images")
+      if not (os.path.isfile(real) and os.access(real, os.R_OK)):
+        raise InputError("locate", "symlink_escape",
+                         f"{name!r} is a symlink to {real}, which is not a readable file")
   return key, uri
 
 

@@ -13,29 +13,38 @@ from apache_beam.metrics import Metrics
 
 import beam_tfrecord
 from beam_tfrecord import label_map as label_maps
-from beam_tfrecord import coders, paths, sharding
+from beam_tfrecord import lock as locks
+from beam_tfrecord import output as outputs
+from beam_tfrecord import coders, paths, schemas, sharding
 from beam_tfrecord.boxes import BBOX_POLICIES
 from beam_tfrecord.encode import EncodeOptions
 from beam_tfrecord.images import DEFAULT_MAX_PIXELS
+from beam_tfrecord.encode import DEFAULT_MAX_IMAGE_BYTES
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.orientation import EXIF_FRAMES
-from beam_tfrecord.schemas import od_api
 from beam_tfrecord.sink import (WriteShards, WriteWithBeamSink, merge_stats, new_stats,
                                 pick_one)
-from beam_tfrecord.sources import SourceOutput
+from beam_tfrecord.sources import SourceOutput, coco, folders, yolo
+from beam_tfrecord.sources import csv as csv_source
 from beam_tfrecord.sources.coco import ReadCoco
 from beam_tfrecord.sources.csv import ReadCsv, parse_column_map
+from beam_tfrecord.sources.folders import ReadFolders
 from beam_tfrecord.sources.voc import ReadVoc
+from beam_tfrecord.sources.yolo import ReadYolo
 
 # Records that cross shuffles are encoded as tuples of their fields, not pickled (coders.py).
 coders.register(ImageAnnotation)
 
-FORMATS = ("coco", "voc", "csv")
+FORMATS = ("auto", "coco", "voc", "csv", "yolo", "folders")
+SCHEMAS = tuple(schemas.REGISTRY)
 SINKS = ("shards", "beam")
 DEFAULT_SPLIT = "train"
-MANIFEST = "manifest.json"
-STAGING_PREFIX = ".tmp-run-"
-LABEL_MAP = "label_map.pbtxt"
+MANIFEST = outputs.MANIFEST
+LABEL_MAP = outputs.LABEL_MAP
+# What a finished run's manifest says ("outcome") and the exit code the CLI gives it.
+OUTCOMES = {"ok": 0, "lost_records": 1, "lock_lost": 1, "no_images": 2, "error_rate": 3,
+            "empty": 4}
+LABELS_TXT = "labels.txt"   # schemas numbering classes from 0: line i is the name of id i
 
 
 @dataclasses.dataclass
@@ -58,11 +67,17 @@ class ConvertConfig:
   max_pixels: int = DEFAULT_MAX_PIXELS
   exif_frame: str = "auto"
   verify_images: bool = False
+  max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+  image_sets: Optional[str] = None        # voc: 'train,val' picks ImageSets/Main lists
   source_fingerprint: Optional[Dict[str, Any]] = None  # set by convert --if-changed
+  schema: Optional[str] = None            # None: classification for image-level sources
+  follow_symlinks: bool = False
 
   def encode_options(self) -> EncodeOptions:
     return EncodeOptions(bbox_policy=self.bbox_policy, max_pixels=self.max_pixels,
-                         exif_frame=self.exif_frame, verify_images=self.verify_images)
+                         exif_frame=self.exif_frame, verify_images=self.verify_images,
+                         max_image_bytes=self.max_image_bytes,
+                         schema=self.schema or schemas.DEFAULT)
 
   def validate(self) -> None:
     if self.format not in FORMATS:
@@ -95,6 +110,14 @@ class ConvertConfig:
       raise ValueError("--max-error-rate must be within [0, 1]")
     if self.max_pixels < 1:
       raise ValueError("--max-pixels must be positive")
+    if self.max_image_bytes < 1:
+      raise ValueError("--max-image-bytes must be positive")
+    if self.image_sets is not None and self.format != "voc":
+      raise ValueError("--image-sets applies to --format voc only")
+    if self.image_sets is not None and self.split:
+      raise ValueError("give --image-sets or --split, not both")
+    if self.schema is not None:
+      schemas.get(self.schema)
     parse_column_map(self.csv_columns)
 
   def split_fractions(self) -> Optional[Dict[str, float]]:
@@ -127,29 +150,69 @@ def _file_inputs(config: ConvertConfig) -> List[Tuple[Optional[str], str, str]]:
   return result
 
 
+def resolve(config: ConvertConfig) -> ConvertConfig:
+  """A config with --format auto decided (detect.py) and the schema chosen: classification
+  for image-level sources (class folders, classification CSV listings), else od-api.
+  Raises UsageError when the format cannot be decided (preflight.check does the rest)."""
+  if config.format == "auto":
+    from beam_tfrecord import detect
+    found = detect.detect(config.inputs)
+    config = dataclasses.replace(config, format=found.format, inputs=list(found.inputs))
+  if config.schema is None:
+    image_level = config.format == "folders" or (config.format == "csv" and all(
+        csv_source.is_listing(uri, parse_column_map(config.csv_columns))
+        for _, uri, _ in _file_inputs(config)))
+    config = dataclasses.replace(config, schema="classification" if image_level
+                                 else schemas.DEFAULT)
+  return config
+
+
 def read_source(root, config: ConvertConfig) -> Tuple[SourceOutput, List[str]]:
   """The format's source transform, and the split names known before running."""
-  allow = config.allow_absolute_paths
+  allow, follow = config.allow_absolute_paths, config.follow_symlinks
+  first_id = schemas.from_options(config.encode_options()).first_id
   if config.format == "coco":
     inputs = _file_inputs(config)
-    return (root | "ReadCoco" >> ReadCoco(inputs, allow),
+    return (root | "ReadCoco" >> ReadCoco(inputs, allow, follow,
+                                          drop_background=not config.label_map),
             sorted({s for s, _, _ in inputs if s}))
   if config.format == "csv":
     inputs = _file_inputs(config)
-    return (root | "ReadCsv" >> ReadCsv(inputs, parse_column_map(config.csv_columns), allow),
+    return (root | "ReadCsv" >> ReadCsv(inputs, parse_column_map(config.csv_columns), allow,
+                                        follow),
             sorted({s for s, _, _ in inputs if s}))
-  default_root, _ = image_roots(config)
-  if len(config.inputs) != 1:
-    raise ValueError("--format voc takes exactly one --input: the VOC directory")
-  voc = ReadVoc(config.inputs[0], default_root, use_image_sets=not config.split,
-                allow_absolute=allow)
-  return root | "ReadVoc" >> voc, sorted(voc.splits)
+  assigned = [paths.parse_assignment(item) for item in config.inputs]
+  if config.format == "yolo":
+    datasets = [yolo.load(uri, split) for split, uri in assigned]
+    source = root | "ReadYolo" >> ReadYolo(datasets, first_id, allow, follow)
+    return source, sorted({s for d in datasets for s, _ in d.splits})
+  if config.format == "folders":
+    reader = ReadFolders(assigned, first_id, allow, follow)
+    return root | "ReadFolders" >> reader, reader.splits
+  default_root, per_split = image_roots(config)
+  if len(assigned) == 1 and not assigned[0][0]:
+    from beam_tfrecord.sources.voc import parse_image_sets
+    voc = ReadVoc(config.inputs[0], default_root, use_image_sets=not config.split,
+                  allow_absolute=allow, follow_symlinks=follow,
+                  image_sets=parse_image_sets(config.image_sets) if config.image_sets else None)
+    return root | "ReadVoc" >> voc, sorted(voc.splits)
+  if not all(split for split, _ in assigned):
+    raise ValueError("--format voc takes one --input (a VOC directory or a folder of XMLs), "
+                     "or one SPLIT=DIR per split")
+  per_folder = [root | f"ReadVoc[{split}]" >> ReadVoc(
+      uri, per_split.get(split, default_root), allow_absolute=allow, follow_symlinks=follow,
+      split=split) for split, uri in assigned]
+  return (SourceOutput(
+      images=tuple(o.images for o in per_folder) | "VocImages" >> beam.Flatten(),
+      errors=tuple(o.errors for o in per_folder) | "VocErrors" >> beam.Flatten()),
+      sorted(split for split, _ in assigned))
 
 
 def _locate_and_assign(ann: ImageAnnotation, fractions: Optional[Mapping[str, float]],
                        size: Any = None):
   """Fill in the file size and the split, or report the missing file (one fused step).
   `size` is the file size or InputError when it was looked up already (_locate_batch)."""
+  outputs._fault("parse")
   try:
     size = paths.file_size(ann.uri) if size is None else size
     if isinstance(size, InputError):
@@ -264,12 +327,16 @@ def _coco_label_map(pairs: Iterable[Tuple[str, int]]) -> Dict[str, int]:
 class BuildLabelMap(beam.PTransform):
   """Source output -> singleton PCollection[{name: id}].
 
-  A user's label_map.pbtxt wins; else COCO category ids; else sorted names -> 1..N.
+  A user's label_map.pbtxt wins; else the source's ids (COCO category ids, YOLO's class
+  order, class folders); else sorted names (of objects and image-level labels) numbered
+  from `first_id` (1 for the TF OD API, where 0 is background; 0 for classification).
   """
 
-  def __init__(self, source: SourceOutput, user_map: Optional[Mapping[str, int]]):
+  def __init__(self, source: SourceOutput, user_map: Optional[Mapping[str, int]],
+               first_id: int = 1):
     super().__init__()
     self.source, self.user_map = source, user_map
+    self.first_id = first_id
 
   def expand(self, root):
     if self.user_map is not None:
@@ -278,11 +345,12 @@ class BuildLabelMap(beam.PTransform):
       return (self.source.categories
               | "Categories" >> beam.combiners.ToList()
               | "FromCategories" >> beam.Map(_coco_label_map))
+    first_id = self.first_id
     return (self.source.images
-            | "Names" >> beam.FlatMap(lambda a: [o.label for o in a.objects])
+            | "Names" >> beam.FlatMap(lambda a: [o.label for o in a.objects] + list(a.labels))
             | "Distinct" >> beam.Distinct()
             | "AllNames" >> beam.combiners.ToList()
-            | "Number" >> beam.Map(label_maps.from_names))
+            | "Number" >> beam.Map(label_maps.from_names, first_id))
 
 
 def error_rate(examples: int, levels: Mapping[str, int]) -> float:
@@ -317,64 +385,97 @@ def _split_entries(stats: Sequence[Dict], beam_files: Sequence[str]) -> Dict[str
   return splits
 
 
-class _Finalize(beam.DoFn):
-  """Moves finished shards out of staging, writes label_map.pbtxt, then manifest.json last:
-  its presence (with status 'ok') marks a finished, complete run."""
+def outcome_of(totals: Mapping[str, int], levels: Mapping[str, int], rate: float,
+               limit: Optional[float], lost: str) -> Tuple[str, str]:
+  """(outcome, status) of a finished run; status is 'ok' or 'failed: why'. Nothing written
+  is never a success: with no image even seen it is 'no_images', else 'empty'."""
+  if lost:
+    return "lost_records", (f"failed: the runner lost records ({lost}); the output is "
+                            "incomplete. Beam's multi_threading local mode did this under load "
+                            "in our measurements")
+  if not totals["examples"]:
+    if not levels.get("image"):
+      return "no_images", ("failed: no images found in the input (see errors-*.jsonl for "
+                           "annotation files that could not be read)")
+    return "empty", (f"failed: nothing was written: all {levels['image']} images were "
+                     "rejected (see errors-*.jsonl)")
+  if limit is not None and rate > limit:
+    rejected = sum(n for level, n in levels.items() if level != "warning")
+    return "error_rate", (f"failed: error rate {rate:.4g} exceeds --max-error-rate {limit:g} "
+                          f"({rejected} rejected inputs, see errors-*.jsonl)")
+  return "ok", "ok"
 
-  def __init__(self, config: ConvertConfig, argv: Sequence[str], staging: str):
-    self.config, self.argv, self.staging = config, list(argv), staging
+
+def input_paths(config: "ConvertConfig") -> List[str]:
+  """Every path the run reads: annotation inputs, image roots, the label map."""
+  found = [paths.parse_assignment(i)[1] for i in list(config.inputs) + list(config.images)]
+  return found + ([config.label_map] if config.label_map else [])
+
+
+class _Finalize(beam.DoFn):
+  """Writes label_map.pbtxt and manifest.json (last) into the run directory; a successful
+  run then replaces the output (output.commit), a failed one stays there as its report."""
+
+  def __init__(self, config: ConvertConfig, argv: Sequence[str], run_directory: str,
+               run_id: str):
+    self.config, self.argv = config, list(argv)
+    self.run_directory, self.run_id = run_directory, run_id
 
   def process(self, _, stats, error_counts, label_map, error_files, beam_files, plan):
     from apache_beam.io.filesystems import FileSystems
-    output = self.config.output
-    staged = [s["path"] for s in stats if s["shard"] is not None]
-    if staged:
-      FileSystems.rename([paths.join(self.staging, p) for p in staged],
-                         [paths.join(output, p) for p in staged])
-    # Leftovers are .part-* files of failed attempts. Object stores have no directories:
-    # a trailing slash asks Beam for a recursive delete of the prefix.
-    if paths.is_remote(self.staging):
-      FileSystems.delete([self.staging.rstrip("/") + "/"])
-    elif FileSystems.exists(self.staging):
-      FileSystems.delete([self.staging])
-    _write_atomic(paths.join(output, LABEL_MAP), label_maps.to_text(label_map).encode())
+    run_directory = self.run_directory
+    if not FileSystems.exists(run_directory) and not paths.is_remote(run_directory):
+      FileSystems.mkdirs(run_directory)  # nothing was written: no image, no error
+    outputs.write_atomic(paths.join(run_directory, LABEL_MAP),
+                         label_maps.to_text(label_map).encode())
+    schema = schemas.from_options(self.config.encode_options())
+    if schema.first_id == 0:
+      outputs.write_atomic(paths.join(run_directory, LABELS_TXT),
+                           label_maps.to_lines(label_map).encode())
     splits = _split_entries(stats, beam_files)
     totals = {k: sum(e[k] for e in splits.values())
               for k in ("examples", "objects", "bytes", "clipped_boxes", "reoriented_images")}
     reasons = {k: v for k, v in sorted(error_counts.items()) if not k.startswith("level:")}
     levels = {k[6:]: v for k, v in sorted(error_counts.items()) if k.startswith("level:")}
     rate = error_rate(totals["examples"], levels)
-    limit = self.config.max_error_rate
-    status = "ok"
-    lost = _lost_records(plan.splits, stats)
-    if lost:
-      status = (f"failed: the runner lost records ({lost}); the output is incomplete. "
-                "Beam's multi_threading local mode did this under load in our measurements")
-    elif limit is not None and rate > limit:
-      status = (f"failed: error rate {rate:.4g} exceeds --max-error-rate {limit:g} "
-                f"({sum(n for l, n in levels.items() if l != 'warning')} rejected inputs, "
-                f"see errors-*.jsonl)")
+    outcome, status = outcome_of(totals, levels, rate, self.config.max_error_rate,
+                                 _lost_records(plan.splits, stats))
+    if outcome == "ok" and not locks.held_by(self.config.output, self.run_id):
+      outcome, status = "lock_lost", ("failed: another run took over the output lock "
+                                      "(--break-lock) while this one ran")
+    files = sorted({n for n in outputs.entries(run_directory) if not n.startswith(".")
+                    and not n.startswith("beam-temp")} | {MANIFEST})
     manifest = {
         "tool": "beam-tfrecord",
         "version": beam_tfrecord.__version__,
         "status": status,
+        "outcome": outcome,
+        "run_id": self.run_id,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "schema": od_api.NAME,
+        "schema": schema.name,
         "format": self.config.format,
         "sink": self.config.sink,
         "args": self.argv,
         "source_fingerprint": self.config.source_fingerprint,
         "config": dataclasses.asdict(self.config),
-        "features": {k: {"dtype": d, "kind": kind} for k, (d, kind) in od_api.FEATURE_SPEC.items()},
+        "features": schema.manifest_features(),
         "label_map": dict(sorted(label_map.items(), key=lambda kv: kv[1])),
         "splits": splits,
         "totals": totals,
         "errors": {"count": sum(reasons.values()), "rate": rate, "by_level": levels,
                    "by_reason": reasons,
                    "files": sorted(posixpath.basename(f.replace("\\", "/")) for f in error_files)},
+        "files": files,
     }
-    _write_atomic(paths.join(output, MANIFEST),
-                  json.dumps(manifest, indent=2, ensure_ascii=False).encode("utf-8"))
+    outputs.write_atomic(paths.join(run_directory, MANIFEST),
+                         json.dumps(manifest, indent=2, ensure_ascii=False).encode("utf-8"))
+    outputs._fault("finalize")
+    if outcome == "ok":
+      protected = [n for n in (outputs.name_inside(p, self.config.output)
+                               for p in input_paths(self.config)) if n]
+      outputs.commit(self.config.output, run_directory, manifest, protected)
+    # else: the run directory stays as the failed run's report, shards included, so that
+    # `verify`/`inspect` can look at it; the next run into this output removes it
     yield manifest
 
 
@@ -382,19 +483,10 @@ def _lost_records(plans: Mapping[str, sharding.SplitPlan], stats: Sequence[Dict]
   """'' when every planned image was written or rejected, else what is missing per split."""
   done: Dict[str, int] = {}
   for s in stats:
-    done[s["split"]] = done.get(s["split"], 0) + s["examples"] + s["rejected"]
+    done[s["split"]] = done.get(s["split"], 0) + s.get("images", s["examples"]) + s["rejected"]
   return ", ".join(f"split {split}: {plan.count} planned, {done.get(split, 0)} written or "
                    f"rejected" for split, plan in sorted(plans.items())
                    if done.get(split, 0) != plan.count)
-
-
-def _write_atomic(uri: str, data: bytes) -> None:
-  from apache_beam.io.filesystems import FileSystems
-  base = posixpath.basename(uri.replace("\\", "/"))
-  tmp = paths.join(uri[: len(uri) - len(base)].rstrip("/\\") or ".", f".tmp-{base}")
-  with FileSystems.create(tmp) as f:
-    f.write(data)
-  FileSystems.rename([tmp], [uri])
 
 
 def _count_keys(error: ErrorRecord) -> List[str]:
@@ -404,25 +496,26 @@ def _count_keys(error: ErrorRecord) -> List[str]:
   return [error.reason, f"level:{error.level}"]
 
 
-def staging_dir(output: str, run_id: str) -> str:
-  """Hidden directory of one run's unfinished shards, inside the output directory."""
-  return paths.join(output, f"{STAGING_PREFIX}{run_id}")
-
-
 def build(root, config: ConvertConfig, argv: Sequence[str] = (),
           run_id: Optional[str] = None) -> beam.PCollection:
-  """Wire the whole conversion onto `root` (a Pipeline). Returns the manifest PCollection."""
+  """Wire the whole conversion onto `root` (a Pipeline). Returns the manifest PCollection.
+  Raises UsageError for problems found before running (see resolve)."""
   config.validate()
-  staging = staging_dir(config.output, run_id or uuid.uuid4().hex)
+  config = resolve(config)
+  run_id = run_id or uuid.uuid4().hex
+  staging = outputs.run_dir(config.output, run_id)
   options = config.encode_options()
-  user_map = label_maps.read(config.label_map) if config.label_map else None
+  schema = schemas.from_options(options)
+  user_map = (label_maps.read(config.label_map, min_id=schema.first_id)
+              if config.label_map else None)
   source, source_splits = read_source(root, config)
   fractions = config.split_fractions()
   remote = config.allow_absolute_paths or any(
       paths.is_remote(paths.parse_assignment(item)[1]) for item in config.images + config.inputs)
   images, prepare_errors = source.images | "Prepare" >> PrepareImages(
       fractions, dedupe=config.sink != "shards", remote=remote)
-  label_map = beam.pvalue.AsSingleton(root | "LabelMap" >> BuildLabelMap(source, user_map))
+  label_map = beam.pvalue.AsSingleton(
+      root | "LabelMap" >> BuildLabelMap(source, user_map, schema.first_id))
   plan = beam.pvalue.AsSingleton(images | "Plan" >> beam.CombineGlobally(
       _PlanFn(config.num_shards, config.shard_size_mb)))
 
@@ -439,7 +532,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
             message=f"split {a.split!r} is not one of {sorted(known)} known when the "
             "pipeline was built (the beam sink needs them up front)"))]
     ).with_outputs("errors", main="images")
-    writer = WriteWithBeamSink(config.output, label_map, splits, config.num_shards, options)
+    writer = WriteWithBeamSink(staging, label_map, splits, config.num_shards, options)
     stats, encode_errors = checked.images | "WriteBeam" >> writer
     write_errors = (checked.errors, encode_errors) | "BeamErrors" >> beam.Flatten()
     beam_files = writer.written
@@ -452,7 +545,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   error_files = (errors
                  | "ErrorJson" >> beam.Map(ErrorRecord.to_json)
                  | "WriteErrors" >> beam.io.WriteToText(
-                     paths.join(config.output, "errors"), file_name_suffix=".jsonl",
+                     paths.join(staging, "errors"), file_name_suffix=".jsonl",
                      shard_name_template="-SSSSS-of-NNNNN", num_shards=1))
   error_counts = (errors
                   | "Reasons" >> beam.FlatMap(_count_keys)
@@ -460,6 +553,6 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   return (root
           | "Once" >> beam.Create([None])
           | "Finalize" >> beam.ParDo(
-              _Finalize(config, argv, staging), beam.pvalue.AsList(merged_stats),
+              _Finalize(config, argv, staging, run_id), beam.pvalue.AsList(merged_stats),
               beam.pvalue.AsDict(error_counts), label_map,
               beam.pvalue.AsList(error_files), beam.pvalue.AsList(beam_files), plan))

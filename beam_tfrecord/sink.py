@@ -19,6 +19,7 @@ from apache_beam.metrics import Metrics
 from beam_tfrecord import paths, sharding
 from beam_tfrecord.encode import Converted, EncodeOptions, convert, fetch
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation
+from beam_tfrecord.output import _fault
 from beam_tfrecord.prefetch import prefetch
 from beam_tfrecord.sharding import ShardPlan
 
@@ -28,9 +29,10 @@ REMOTE_READ_AHEAD = 16
 LOCAL_READ_AHEAD = 2
 READ_AHEAD_BYTES = 64 * 1024 * 1024
 
-# rejected: images of this shard/split turned down while writing; with examples it must add up
-# to the planned count (the finalize step checks, so a runner that loses records fails loudly).
-STAT_COUNTS = ("examples", "objects", "bytes", "clipped", "reoriented", "rejected")
+# images: images written (a schema may write several records, `examples`, per image, or none);
+# rejected: images of this shard/split turned down while writing. images + rejected must add
+# up to the planned count (the finalize step checks, so a runner that loses records fails).
+STAT_COUNTS = ("examples", "objects", "bytes", "clipped", "reoriented", "rejected", "images")
 
 
 def new_stats(split: str, shard: Optional[int], path: str) -> Dict:
@@ -40,7 +42,8 @@ def new_stats(split: str, shard: Optional[int], path: str) -> Dict:
 
 
 def add_example(stats: Dict, result: Converted) -> None:
-  stats["examples"] += 1
+  stats["images"] += 1
+  stats["examples"] += len(result.records)
   stats["objects"] += len(result.labels)
   stats["clipped"] += result.clipped
   stats["reoriented"] += int(result.reoriented)
@@ -115,20 +118,23 @@ class _WriteShard(beam.DoFn):
     errors: List[ErrorRecord] = []
     anns = unique_files(anns, errors)
     workers = read_ahead_workers(anns[0].uri) if anns else 0
-    ahead = prefetch(anns, lambda a: fetch(a.uri), lambda a: a.size_bytes or 0, workers,
-                     READ_AHEAD_BYTES)
+    limit = self.options.max_image_bytes  # larger files are rejected from a stat, unread
+    ahead = prefetch(anns, lambda a: fetch(a.uri, limit),
+                     lambda a: min(a.size_bytes or 0, limit), workers, READ_AHEAD_BYTES)
     with FileSystems.create(partial) as f:
       for ann, fetched in ahead:
         result = convert(ann, label_map, self.options, fetched)
         errors.extend(result.errors)
-        if result.serialized is None:
+        if result.records is None:
           self.rejected.inc()
           stats["rejected"] += 1
           continue
-        _TFRecordUtil.write_record(f, result.serialized)
+        for record in result.records:
+          _TFRecordUtil.write_record(f, record)
         self.images.inc()
         add_example(stats, result)
     FileSystems.rename([partial], [final])
+    _fault("write")
     stats["bytes"] = paths.size_of(final)
     stats["classes"] = dict(sorted(stats["classes"].items()))
     yield stats
@@ -172,14 +178,15 @@ class _Encode(beam.DoFn):
     for error in result.errors:
       yield beam.pvalue.TaggedOutput("errors", error)
     stats = new_stats(ann.split, None, "")
-    if result.serialized is None:
+    if result.records is None:
       stats["rejected"] = 1
       yield beam.pvalue.TaggedOutput("stats", stats)
       return
     add_example(stats, result)
-    stats["bytes"] = len(result.serialized)
+    stats["bytes"] = sum(len(r) for r in result.records)
     yield beam.pvalue.TaggedOutput("stats", stats)
-    yield ann.split, result.serialized
+    for record in result.records:
+      yield ann.split, record
 
 
 class WriteWithBeamSink(beam.PTransform):

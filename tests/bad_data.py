@@ -363,6 +363,11 @@ def convert(args: Sequence[str], capsys=None) -> Run:
     captured = capsys.readouterr()
     stdout, stderr = captured.out, captured.err
   manifest = None
+  if code != 0:  # a failed run leaves the output alone; its report is its run directory
+    reports = sorted(glob.glob(os.path.join(output, ".beam-tfrecord-run-*", "manifest.json")),
+                     key=os.path.getmtime)
+    if reports:
+      output = os.path.dirname(reports[-1])
   if os.path.exists(os.path.join(output, "manifest.json")):
     with open(os.path.join(output, "manifest.json"), encoding="utf-8") as f:
       manifest = json.load(f)

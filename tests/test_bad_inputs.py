@@ -137,7 +137,8 @@ COCO_BOXES = {
 CLIPPED_IN_MAIN = 2
 
 # Auxiliary COCO files in the same run (see CocoCorpus.write_aux for how each is broken)
-AUX = ("truncated", "malformed", "nan", "inf", "empty", "not_json", "no_sections")
+AUX = ("truncated", "malformed", "nan", "inf")  # converted, reported per file
+NOT_COCO = ("empty", "not_json", "no_sections")  # refused before running (exit 2)
 
 CATEGORIES = [(1, "cat"), (2, "dog"), (3, "café ☕"), (4, '猫 "neko"')]
 
@@ -284,7 +285,7 @@ class CocoCorpus:
     for name, (bboxes, _) in COCO_BOXES.items():
       r.image(name, bd.jpeg(), anns=[GOOD] + [(1, b) for b in bboxes])
     self.main_json = self.coco.write(os.path.join(self.root, "main.json"))
-    self.aux = {name: self.write_aux(name) for name in AUX}
+    self.aux = {name: self.write_aux(name) for name in AUX + NOT_COCO}
 
   def write_aux(self, name):
     """A second COCO file whose images live under images/<name>/."""
@@ -706,10 +707,20 @@ def test_coco_malformed_json(coco_main):
   assert "malformed/c.jpg" in written  # its annotation is past the break (file error)
 
 
-@pytest.mark.parametrize("name", ["empty", "not_json"])
-def test_coco_unreadable_json_is_reported(coco_main, name):
-  errors = from_source(coco_main.run, coco_main.aux[name])
-  assert errors and {(e["reason"], e["level"]) for e in errors} == {("malformed_json", "file")}
+@pytest.mark.parametrize("name,says", [("empty", "is empty"),
+                                       ("not_json", "looks like a CSV file; use --format csv"),
+                                       ("no_sections", "has no `images` array")])
+def test_coco_input_that_is_not_coco_is_refused_before_running(coco_main, tmp_path, capsys,
+                                                               name, says):
+  """Beside good inputs, one that is not a COCO file stops the run before anything is
+  written: exit 2, one line naming the file, no output directory."""
+  output = str(tmp_path / "out")
+  run = bd.convert(["--format", "coco", "--images", coco_main.images_dir, "--output", output,
+                    "--input", coco_main.main_json, "--input", coco_main.aux[name]], capsys)
+  assert run.code == 2
+  [line] = run.stderr.strip().splitlines()
+  assert coco_main.aux[name] in line and says in line and "Traceback" not in run.stderr
+  assert not os.path.exists(output)
 
 
 @pytest.mark.parametrize("name", ["nan", "inf"])
@@ -732,11 +743,6 @@ def test_coco_non_finite_box_is_dropped_not_the_file(coco_main, name):
   assert error["reason"] in ("bbox_not_finite", "wrong_type")
   written = run.by_filename()
   assert all(f"{name}/{letter}.jpg" in written for letter in "abc")
-
-
-def test_coco_file_without_sections_is_reported(coco_main):
-  errors = from_source(coco_main.run, coco_main.aux["no_sections"])
-  assert errors and errors[0]["level"] == "file"
 
 
 # ============================================================================================
@@ -1038,13 +1044,32 @@ CSV_BROKEN = (CSV_HEADER + "b1.jpg,64,48,cat,4,4,24,20\nb2.jpg,64,48,cat,4,4,24,
               "b2.jpg,64,48,cat,1,1,5,5,extra,fields\nb3.jpg,64,48,cat,4,4,24,20\n"
               "b3.jpg,64,48,cat,1,1,5")
 CSV_OTHER_FILES = {  # file -> bytes; each one is a file-level error
-    "nocolumn.csv": b"filename,width,height,class,xmin,ymin,ymax\nplain.jpg,64,48,cat,1,1,5\n",
-    "empty.csv": b"",
     "latin1.csv": (CSV_HEADER + "plain.jpg,64,48,caf\xe9,4,4,24,20\n").encode("latin-1"),
     "open_quote.csv": (CSV_HEADER + 'q1.jpg,64,48,cat,4,4,24,20\n"q2.jpg,64,48,cat,1').encode(),
 }
-CSV_FILE_REASONS = {"nocolumn.csv": "missing_column", "empty.csv": "malformed_csv",
-                    "latin1.csv": "malformed_csv", "open_quote.csv": "malformed_csv"}
+CSV_FILE_REASONS = {"latin1.csv": "malformed_csv", "open_quote.csv": "malformed_csv"}
+CSV_REFUSED_FILES = {  # file -> (bytes, what the one-line error says); exit 2 before running
+    "nocolumn.csv": (b"filename,width,height,class,xmin,ymin,ymax\nplain.jpg,64,48,cat,1,1,5\n",
+                     "CSV has no column(s) ['xmax']"),
+    "empty.csv": (b"", "is empty"),
+    "header_only.csv": (CSV_HEADER.encode(), "has a header but no rows"),
+}
+
+
+@pytest.mark.parametrize("name", list(CSV_REFUSED_FILES))
+def test_csv_input_refused_before_running(tmp_path, capsys, name):
+  data, says = CSV_REFUSED_FILES[name]
+  path = bd.write_bytes(str(tmp_path / name), data)
+  good = bd.write_bytes(str(tmp_path / "good.csv"),
+                        (CSV_HEADER + "plain.jpg,64,48,cat,4,4,24,20\n").encode())
+  bd.write_bytes(str(tmp_path / "plain.jpg"), bd.jpeg())
+  output = str(tmp_path / "out")
+  run = bd.convert(["--format", "csv", "--input", good, "--input", path, "--output", output],
+                   capsys)
+  assert run.code == 2
+  [line] = run.stderr.strip().splitlines()
+  assert path in line and says in line
+  assert not os.path.exists(output)
 
 
 @pytest.fixture(scope="module")

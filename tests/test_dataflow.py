@@ -214,7 +214,7 @@ def test_setup_py_declares_what_the_workers_import():
   provides = {"apache_beam": "apache-beam", "tensorflow": "tensorflow", "PIL": "pillow",
               "pandas": "pandas", "google_crc32c": "google-crc32c", "ijson": "ijson",
               "defusedxml": "defusedxml", "google": "protobuf", "rich": "rich",
-              "numpy": "tensorflow"}
+              "numpy": "tensorflow", "yaml": "pyyaml"}
   stdlib = set(__import__("sys").stdlib_module_names)
   imported = set()
   for d, _, files in os.walk(os.path.join(ROOT, "beam_tfrecord")):
@@ -250,6 +250,7 @@ EXAMPLES = {  # a realistic value per template parameter
     "images": "train=gs://demo-bucket/coco/train2017;val=gs://demo-bucket/coco/val2017",
     "output": "gs://demo-bucket/tfrecords/coco2017",
     "label_map": "gs://demo-bucket/label_map.pbtxt",
+    "schema": "classification",
     "split": "train=0.8,val=0.1,test=0.1",
     "num_shards": "64",
     "shard_size_mb": "200",
@@ -257,6 +258,7 @@ EXAMPLES = {  # a realistic value per template parameter
     "csv_columns": "filename=path,class=label",
     "bbox_policy": "drop",
     "allow_absolute_paths": "true",
+    "follow_symlinks": "true",
     "max_error_rate": "0.01",
     "strict": "true",
     "max_pixels": "100000000",
@@ -264,6 +266,7 @@ EXAMPLES = {  # a realistic value per template parameter
     "verify_images": "true",
     "overwrite": "true",
     "if_changed": "true",
+    "max_image_bytes": "1000000", "image_sets": "train,val", "break_lock": "true",
 }
 
 
@@ -302,7 +305,7 @@ def test_every_template_parameter_is_a_cli_option():
 def test_regexes_reject_bad_values():
   params = {p["name"]: p for p in json.load(open(os.path.join(DATAFLOW, "metadata.json")))
             ["parameters"]}
-  bad = {"format": "yolo", "output": "/local/dir", "input": "train=/local/x.json",
+  bad = {"format": "labelme", "output": "/local/dir", "input": "train=/local/x.json",
          "num_shards": "0", "shard_size_mb": "-5", "bbox_policy": "keep", "overwrite": "yes"}
   for name, value in bad.items():
     assert not all(re.fullmatch(r, value) for r in params[name]["regexes"]), (name, value)
@@ -372,6 +375,10 @@ class FakeResult:
 
 @pytest.fixture
 def local_config(tmp_path):
+  """A real (tiny) COCO input: the pre-run checks read it before any runner is involved."""
+  (tmp_path / "in").mkdir()
+  (tmp_path / "in" / "instances.json").write_text(json.dumps(
+      {"images": [{"id": 1, "file_name": "a.jpg"}], "annotations": [], "categories": []}))
   return ConvertConfig(format="coco", inputs=[str(tmp_path / "in" / "instances.json")],
                        images=[str(tmp_path / "in")], output=str(tmp_path / "out"))
 

@@ -159,17 +159,3 @@ def test_if_changed_ignores_a_failed_run_and_keeps_foreign_files(dataset, tmp_pa
   (foreign / "notes.txt").write_text("mine")
   assert _convert(dataset, foreign, "--if-changed") == 2  # not an earlier run of ours
   assert (foreign / "notes.txt").read_text() == "mine"
-
-
-def test_own_files_are_recognised(tmp_path):
-  out = tmp_path / "out"
-  assert fingerprint.holds_only_own_files(str(out))  # missing
-  out.mkdir()
-  for name in ("manifest.json", "train-00000-of-00001.tfrecord", "label_map.pbtxt",
-               "errors-00000-of-00001.jsonl"):
-    (out / name).write_text("")
-  (out / ".tmp-run-abc").mkdir()
-  (out / ".tmp-run-abc" / "train-00000-of-00001.tfrecord").write_text("")
-  assert fingerprint.holds_only_own_files(str(out))
-  (out / "notes").mkdir()  # a foreign directory
-  assert not fingerprint.holds_only_own_files(str(out))

@@ -94,7 +94,7 @@ def _read_tree(root: str):
 
 def _normalized_manifest(data: bytes, root: str):
   manifest = json.loads(data)
-  for key in ("created", "args", "config", "source_fingerprint"):
+  for key in ("created", "args", "config", "source_fingerprint", "run_id"):
     manifest.pop(key, None)
   return json.loads(json.dumps(manifest).replace(root, "ROOT"))
 
@@ -155,3 +155,28 @@ def test_gs_to_gs_equals_local(emulator, tmp_path, capsys):
   assert "skipped" not in out
   again = json.loads(_read_tree(gs_out)["manifest.json"])
   assert again["source_fingerprint"]["sha256"] != manifest["source_fingerprint"]["sha256"]
+
+
+def test_gs_output_survives_an_empty_run_and_a_held_lock(emulator, tmp_path, capsys):
+  """On gs:// too, a run that writes nothing leaves the earlier output as it was, and a
+  second writer is turned away by the lock object."""
+  from beam_tfrecord import lock, output as outputs
+  local = str(tmp_path / "data")
+  sample.make_dataset(local, count=6)
+  gs_data = f"gs://{BUCKET}/datasets/keep"
+  _upload(local, gs_data)
+  gs_out = f"gs://{BUCKET}/tfrecords/keep"
+  assert _convert(gs_data, gs_out) == 0
+  before = _read_tree(gs_out)
+  code = cli.main(["convert", "--format", "coco", "--input",
+                   f"train={gs_data}/instances_train.json", "--images",
+                   f"{gs_data}/no-such-images", "--output", gs_out, "--overwrite", RUNNER])
+  assert code == 4
+  after = _read_tree(gs_out)
+  assert {k: v for k, v in after.items() if not k.startswith(outputs.OWN_PREFIX)} == before
+  assert not [k for k in after if k == outputs.LOCK]
+  capsys.readouterr()
+  with lock.OutputLock(gs_out, "other-run"):
+    assert _convert(gs_data, gs_out, "--overwrite") == 2
+    assert "locked by run other-run" in capsys.readouterr().err
+  assert _read_tree(gs_out)["manifest.json"] == before["manifest.json"]

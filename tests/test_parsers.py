@@ -360,18 +360,42 @@ def _image_sets(root, names):
   return main
 
 
-def test_voc_split_files_drops_trainval_and_class_lists(tmp_path):
+def test_voc_split_files_lists_image_sets_without_class_lists(tmp_path):
   main = _image_sets(tmp_path, ["train", "val", "trainval", "test", "aeroplane_train",
                                 "aeroplane_trainval", "dog_val", "person_test"])
   splits = voc.split_files(str(tmp_path))
-  assert list(splits) == ["test", "train", "val"]
+  assert list(splits) == ["test", "train", "trainval", "val"]
   for name, uri in splits.items():
     assert os.path.samefile(uri, main / f"{name}.txt")
+  assert voc.split_names(splits) == ["test", "train", "val"]  # trainval is their union
 
 
-def test_voc_split_files_keeps_trainval_without_train_and_val(tmp_path):
-  _image_sets(tmp_path, ["trainval", "test", "cat_trainval"])
-  assert list(voc.split_files(str(tmp_path))) == ["test", "trainval"]
+@pytest.mark.parametrize("member_of,scope,expected", [
+    # train, val and trainval: the union is no split; nobody is rejected for being in it
+    (["train", "trainval"], ["train", "val", "trainval", "test"], ("train", "")),
+    (["val", "trainval"], ["train", "val", "trainval", "test"], ("val", "")),
+    (["test"], ["train", "val", "trainval", "test"], ("test", "")),
+    # only train and trainval: val = trainval - train
+    (["trainval"], ["train", "trainval"], ("val", "")),
+    (["train", "trainval"], ["train", "trainval"], ("train", "")),
+    # only val and trainval: train = trainval - val
+    (["trainval"], ["val", "trainval"], ("train", "")),
+    # trainval alone is a split of its own
+    (["trainval"], ["trainval", "test"], ("trainval", "")),
+    # explicit --image-sets train,val: test is out of scope
+    (["test"], ["train", "val"], (None, "not_in_split")),
+    # a real conflict: two lists that are no union of each other
+    (["train", "test"], ["train", "val", "test"], (None, "several_splits")),
+    ([], ["train", "val"], (None, "not_in_split")),
+])
+def test_voc_resolve_split(member_of, scope, expected):
+  assert voc.resolve_split(member_of, scope) == expected
+
+
+def test_voc_split_names_derive_the_missing_part():
+  assert voc.split_names(["train", "trainval"]) == ["train", "val"]
+  assert voc.split_names(["trainval", "test"]) == ["test", "trainval"]
+  assert voc.split_names(["train", "val", "trainval"]) == ["train", "val"]
 
 
 def test_voc_split_files_without_image_sets(tmp_path):

@@ -3,6 +3,7 @@ coder, the read-ahead and the (key, uri) shard plan. Pure functions, no pipeline
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from typing import Optional, Tuple
@@ -156,3 +157,57 @@ def test_plan_routes_every_annotation_of_a_file_to_the_winner():
   assert plan.duplicates == {"/r/x.jpg": ("train", "x.jpg")}
   assert plan.splits["train"].count == 1 and plan.splits["val"].count == 1
   assert plan.route("val", "x.jpg", "/r/x.jpg") == ("train", 0)
+
+
+def _jpeg(tmp_path, name="a.jpg", size=(40, 30)):
+  import io
+  from PIL import Image as PILImage
+  buf = io.BytesIO()
+  PILImage.new("RGB", size, (10, 200, 30)).save(buf, "JPEG")
+  path = tmp_path / name
+  path.write_bytes(buf.getvalue())
+  return str(path)
+
+
+@pytest.mark.parametrize("read_ahead", [False, True])
+def test_od_api_direct_encoding_equals_the_protobuf_path_through_the_registry(
+    tmp_path, monkeypatch, read_ahead):
+  """The od-api schema writes its Examples with protos.ExampleLayout; through
+  encode.convert (schema registry, read-ahead digest or not) the bytes must be protobuf's."""
+  from beam_tfrecord import encode
+  from beam_tfrecord.schemas import od_api
+  uri = _jpeg(tmp_path)
+  objects = (ObjectAnnotation("cat", Box(1.5, 2, 30, 25), is_crowd=True, area=12.5),
+             ObjectAnnotation("dog", Box(0, 0, 50, 10)),                       # clipped
+             ObjectAnnotation("cat", Box(0.1, 0.2, 0.5, 0.9, normalized=True)),  # YOLO
+             ObjectAnnotation("dog", Box(3, 3, 9, 9), difficult=True, pose="Left"))
+  ids = {"cat": 1, "dog": 2}
+  for objs in (objects, objects[:1], ()):
+    ann = ImageAnnotation(key="a.jpg", uri=uri, source_id="7", source="x.json", split="train",
+                          objects=objs)
+    fetched = (lambda: encode.fetch(uri)) if read_ahead else None
+    fast = encode.convert(ann, ids, encode.EncodeOptions(), fetched)
+    with monkeypatch.context() as m:
+      m.setattr(od_api, "_LAYOUT", type("Slow", (), {"serialize": staticmethod(
+          protos.serialize_slow)})())
+      slow = encode.convert(ann, ids, encode.EncodeOptions(), fetched)
+    assert fast.records is not None and len(fast.records) == 1
+    assert fast.records == slow.records and fast.labels == slow.labels
+    assert fast.clipped == slow.clipped
+
+
+def test_read_ahead_keeps_the_max_image_bytes_stat_check(tmp_path):
+  """fetch (the read-ahead's read) rejects a file over the limit from a stat, unread, and
+  the error reaches convert as the image's error record."""
+  from beam_tfrecord import encode
+  small, big = _jpeg(tmp_path, "s.jpg"), _jpeg(tmp_path, "b.jpg", size=(400, 300))
+  limit = (os.path.getsize(small) + os.path.getsize(big)) // 2
+  anns = [ImageAnnotation(key=os.path.basename(u), uri=u, source_id="1", source="x",
+                          split="train") for u in (small, big, str(tmp_path / "gone.jpg"))]
+  options = encode.EncodeOptions(max_image_bytes=limit)
+  results = [encode.convert(a, {}, options, r) for a, r in
+             prefetch(anns, lambda a: encode.fetch(a.uri, limit), lambda a: 1, workers=2)]
+  assert results[0].records is not None
+  assert results[1].records is None and \
+      [e.reason for e in results[1].errors] == ["image_too_large"]
+  assert results[2].records is None and [e.reason for e in results[2].errors] == ["unreadable"]

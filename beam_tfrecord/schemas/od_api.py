@@ -5,15 +5,16 @@ plus the per-object problems it found. No Beam, no TensorFlow.
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Sequence, Tuple
 
 from beam_tfrecord import boxes, protos
 from beam_tfrecord.images import PreparedImage
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
+from beam_tfrecord.schemas import Encoded
 
 NAME = "od_api"
+FIRST_ID = 1      # 0 is background in the TF OD API
+IMAGE_LEVEL = False
 
 # key -> (dtype, kind) where kind is "fixed" (one value per example) or "var" (one per object).
 FEATURE_SPEC: Dict[str, Tuple[str, str]] = {
@@ -39,20 +40,51 @@ FEATURE_SPEC: Dict[str, Tuple[str, str]] = {
 }
 
 
-@dataclasses.dataclass
-class Encoded:
-  serialized: bytes
-  labels: List[str]
-  clipped: int
-  errors: List[ErrorRecord]
+# per-image keys other schemas share (classification)
+IMAGE_KEYS = ("image/encoded", "image/format", "image/height", "image/width", "image/channels",
+              "image/filename", "image/key/sha256")
 
-
-_LAYOUT = protos.ExampleLayout(FEATURE_SPEC)
 B, F, I = protos.BYTES, protos.FLOATS, protos.INTS
 
 
+def image_values(ann: ImageAnnotation, image: PreparedImage) -> Dict[str, Tuple[str, list]]:
+  """The IMAGE_KEYS features of one image as {key: (kind, values)} (protos.ExampleLayout)."""
+  return {
+      "image/encoded": (B, [image.encoded]),
+      "image/format": (B, [image.info.format.encode()]),
+      "image/height": (I, [image.info.height]),
+      "image/width": (I, [image.info.width]),
+      "image/channels": (I, [image.info.channels]),
+      "image/filename": (B, [ann.key.encode("utf-8")]),
+      "image/key/sha256": (B, [image.sha256().encode()]),
+  }
+
+
+def image_features(ann: ImageAnnotation, image: PreparedImage) -> Dict:
+  """The IMAGE_KEYS features of one image as protobuf Features (the generic path)."""
+  maker = {B: _bytes, F: _floats, I: _ints}
+  return {key: maker[kind](values) for key, (kind, values) in image_values(ann, image).items()}
+
+
+def _bytes(values: Sequence[bytes]):
+  return protos.Feature(bytes_list={"value": list(values)})
+
+
+def _floats(values: Sequence[float]):
+  return protos.Feature(float_list={"value": list(values)})
+
+
+def _ints(values: Sequence[int]):
+  return protos.Feature(int64_list={"value": list(values)})
+
+
+# This schema writes its Examples directly from a precomputed layout (protos.ExampleLayout:
+# a tenth of protobuf's cost per image, the same bytes); other schemas build protobuf messages.
+_LAYOUT = protos.ExampleLayout(FEATURE_SPEC)
+
+
 def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, int],
-           bbox_policy: str = "clip", sha256_hex: Optional[str] = None) -> Encoded:
+           bbox_policy: str = "clip") -> Encoded:
   """Build the Example. Objects that fail validation or lack a label id are left out of the
   Example and reported as errors; with bbox_policy='error' a box partly outside the image
   fails the whole image instead."""
@@ -75,15 +107,8 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
     ids.append(label_map[obj.label])
 
   features = {
-      "image/encoded": (B, [image.encoded]),
-      "image/format": (B, [image.info.format.encode()]),
-      "image/height": (I, [height]),
-      "image/width": (I, [width]),
-      "image/channels": (I, [image.info.channels]),
-      "image/filename": (B, [ann.key.encode("utf-8")]),
+      **image_values(ann, image),
       "image/source_id": (B, [ann.source_id.encode("utf-8")]),
-      "image/key/sha256": (B, [(sha256_hex or hashlib.sha256(image.encoded).hexdigest())
-                               .encode()]),
       "image/object/bbox/xmin": (F, [n.xmin for n in kept]),
       "image/object/bbox/xmax": (F, [n.xmax for n in kept]),
       "image/object/bbox/ymin": (F, [n.ymin for n in kept]),
@@ -104,6 +129,6 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
     features["image/object/view"] = (B, [(n.obj.pose or "Unspecified").encode("utf-8")
                                          for n in kept])
 
-  return Encoded(serialized=_LAYOUT.serialize(features),
+  return Encoded(records=[_LAYOUT.serialize(features)],
                  labels=[n.obj.label for n in kept],
                  clipped=sum(n.clipped for n in kept), errors=errors)

@@ -2,13 +2,15 @@
 
 That is the layout `xml_to_csv.py` writes. Other layouts are read through a column mapping
 (`filename=path,class=label`); a `split` column, when mapped or present, gives each image its
-split. A row whose class and box are all empty stands for an image without objects. Files are
-streamed on workers; rows meet their image in a GroupByKey.
+split. A row whose class and box are all empty stands for an image without objects. A file
+without any box column is a classification listing (path and label columns, optional split):
+its rows give image-level labels. Files are streamed on workers; rows meet their image in a
+GroupByKey.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
 
@@ -19,8 +21,10 @@ from beam_tfrecord.sources import SourceOutput
 
 FIELDS = ("filename", "width", "height", "class", "xmin", "ymin", "xmax", "ymax", "split")
 REQUIRED = ("filename", "class", "xmin", "ymin", "xmax", "ymax")
+LISTING_REQUIRED = ("filename", "class")  # a classification listing: no box columns
 BOX_FIELDS = ("xmin", "ymin", "xmax", "ymax")
 WRONG_WIDTH = "__width__"  # marks a row whose field count differs from the header's
+LISTING = "__listing__"    # marks a row of a classification listing (no box columns)
 
 
 def parse_column_map(text: Optional[str]) -> Dict[str, str]:
@@ -60,8 +64,9 @@ def _int(value: Any, field: str) -> Optional[int]:
 
 
 def parse_row(row: Mapping[str, Any]) -> Tuple[str, Optional[int], Optional[int],
-                                               Optional[ObjectAnnotation], Optional[str]]:
-  """(filename, width, height, object or None, split or None) of one row, keyed by field."""
+                                               Union[ObjectAnnotation, str, None], Optional[str]]:
+  """(filename, width, height, object or None, split or None) of one row, keyed by field.
+  In a classification listing (a row read_rows marked LISTING) the object is the class name."""
   filename = row.get("filename")
   if row.get(WRONG_WIDTH):
     fields, expected = row[WRONG_WIDTH]
@@ -78,6 +83,10 @@ def parse_row(row: Mapping[str, Any]) -> Tuple[str, Optional[int], Optional[int]
     except ValueError as e:
       raise InputError("parse", "bad_split", f"row for {filename!r}: {e}") from None
   label = row.get("class")
+  if row.get(LISTING):
+    if _empty(label):
+      raise InputError("parse", "missing_field", f"row for {filename!r} has no class")
+    return filename, width, height, str(label).strip(), split
   coords = [row.get(f) for f in BOX_FIELDS]
   if _empty(label) and all(_empty(c) for c in coords):
     return filename, width, height, None, split
@@ -108,7 +117,9 @@ def read_rows(fileobj, column_map: Mapping[str, str]) -> Iterator[Tuple[int, Dic
     if not header:
       raise InputError("parse", "malformed_csv", "the CSV file is empty")
     header = [h.strip() for h in header]
-    missing = [column_map[f] for f in REQUIRED if column_map[f] not in header]
+    listing = not any(column_map[f] in header for f in BOX_FIELDS)
+    required = LISTING_REQUIRED if listing else REQUIRED
+    missing = [column_map[f] for f in required if column_map[f] not in header]
     if missing:
       raise InputError("parse", "missing_column",
                        f"CSV has no column(s) {missing}; columns are {header}")
@@ -119,12 +130,37 @@ def read_rows(fileobj, column_map: Mapping[str, str]) -> Iterator[Tuple[int, Dic
       row: Dict[str, Any] = {f: values[i] if i < len(values) else None for f, i in index.items()}
       if len(values) != len(header):
         row[WRONG_WIDTH] = (len(values), len(header))
+      if listing:
+        row[LISTING] = True
       yield reader.line_num, row
   except (csv.Error, UnicodeDecodeError) as e:
     raise InputError("parse", "malformed_csv",
                      f"line {reader.line_num}: {type(e).__name__}: {e}") from None
   finally:
     text.detach()  # leave the underlying file to its owner
+
+
+def check_input(uri: str, column_map: Mapping[str, str]) -> None:
+  """Before running: `uri` is a CSV whose header has the mapped columns and a first row."""
+  from apache_beam.io.filesystems import FileSystems
+  from beam_tfrecord.errors import UsageError
+  from beam_tfrecord.preflight import check_file, head, sniff_text
+  check_file(uri, "--input")
+  kind = sniff_text(head(uri))
+  if kind in ("json", "xml"):
+    raise UsageError(f"--input {uri} is not a CSV file: it looks like "
+                     + ("JSON; use --format coco" if kind == "json" else "XML; use --format voc"))
+  try:
+    with FileSystems.open(uri, compression_type="uncompressed") as f:
+      if next(read_rows(f, column_map), None) is None:
+        raise UsageError(f"--input {uri} has a header but no rows: no images to convert")
+  except InputError as e:
+    if e.reason == "missing_column":
+      raise UsageError(f"--input {uri}: {e.message}; map your column names with --csv-columns "
+                       "FIELD=COLUMN,... (fields: " + ", ".join(FIELDS) + ")") from None
+    if e.reason == "malformed_csv" and "empty" in e.message:
+      raise UsageError(f"--input {uri} is empty") from None
+    # a syntax error later in the file: the pipeline reports it and keeps the rows before it
 
 
 class _ParseCsv(beam.DoFn):
@@ -152,13 +188,13 @@ class _ParseCsv(beam.DoFn):
           source=uri, stage="read", reason="unreadable", message=str(e), level="file"))
 
 
-def group_image(element, allow_absolute: bool):
+def group_image(element, allow_absolute: bool, follow_symlinks: bool = False):
   """Rows of one image -> ImageAnnotation (objects in file order) or an error."""
   (uri, split, image_root, filename), rows = element
   rows = sorted(rows, key=lambda r: r[0])
   source = f"{uri}:{rows[0][0]}"
   try:
-    key, image_uri = paths.resolve(image_root, filename, allow_absolute)
+    key, image_uri = paths.resolve(image_root, filename, allow_absolute, follow_symlinks)
   except InputError as e:
     yield beam.pvalue.TaggedOutput("errors", e.record(source, filename))
     return
@@ -169,9 +205,10 @@ def group_image(element, allow_absolute: bool):
         message=f"rows of {filename!r} give different sizes {sorted(sizes, key=repr)}; "
         "the image header decides"))
   width, height = sorted(sizes, key=repr)[0] if len(sizes) == 1 else (None, None)
-  objects = tuple(obj for _, _, _, obj in rows if obj is not None)
+  objects = tuple(obj for _, _, _, obj in rows if isinstance(obj, ObjectAnnotation))
+  labels = tuple(dict.fromkeys(obj for _, _, _, obj in rows if isinstance(obj, str)))
   yield ImageAnnotation(key=key, uri=image_uri, source_id=key, source=uri, objects=objects,
-                        split=split, width=width, height=height)
+                        split=split, width=width, height=height, labels=labels)
 
 
 class ReadCsv(beam.PTransform):
@@ -183,11 +220,12 @@ class ReadCsv(beam.PTransform):
   """
 
   def __init__(self, inputs: Sequence[Tuple[Optional[str], str, str]],
-               column_map: Optional[Mapping[str, str]] = None, allow_absolute: bool = False):
+               column_map: Optional[Mapping[str, str]] = None, allow_absolute: bool = False,
+               follow_symlinks: bool = False):
     super().__init__()
     self.inputs = list(inputs)
     self.column_map = dict(column_map or parse_column_map(None))
-    self.allow_absolute = allow_absolute
+    self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
 
   def expand(self, root):
     rows = (root
@@ -197,7 +235,32 @@ class ReadCsv(beam.PTransform):
                 "errors", main="rows"))
     grouped = (rows.rows
                | "GroupByImage" >> beam.GroupByKey()
-               | "ToImage" >> beam.FlatMap(group_image, self.allow_absolute).with_outputs(
+               | "ToImage" >> beam.FlatMap(group_image, self.allow_absolute,
+                                            self.follow_symlinks).with_outputs(
                    "errors", main="images"))
     errors = (rows.errors, grouped.errors) | "Errors" >> beam.Flatten()
     return SourceOutput(images=grouped.images, errors=errors)
+
+
+def is_listing(uri: str, column_map: Mapping[str, str]) -> bool:
+  """True when the CSV's header has no box column: a classification listing."""
+  import csv
+  import io
+  from apache_beam.io.filesystems import FileSystems
+  try:
+    with FileSystems.open(uri, compression_type="uncompressed") as f:
+      first = f.readline().decode("utf-8-sig")
+  except Exception:  # unreadable or not text: the source reports it
+    return False
+  header = [h.strip() for h in next(csv.reader(io.StringIO(first)), [])]
+  return bool(header) and not any(column_map[f] in header for f in BOX_FIELDS)
+
+
+def detect(path: str) -> Optional[str]:
+  """--format auto: a .csv file, or a folder holding Roboflow's _annotations.csv."""
+  from beam_tfrecord.sources import list_dir
+  if path.lower().endswith(".csv"):
+    return "CSV file"
+  if "_annotations.csv" in list_dir(path)[1]:
+    return "_annotations.csv"
+  return None

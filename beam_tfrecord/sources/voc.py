@@ -1,4 +1,6 @@
-"""Pascal VOC: one XML per image under Annotations/, optional ImageSets/Main/<split>.txt.
+"""Pascal VOC: one XML per image under Annotations/, optional ImageSets/Main/<split>.txt; or a
+folder of LabelImg XMLs (searched recursively) with the images beside them or under --images
+(the raccoon dataset's layout, and a Roboflow VOC export's split folders).
 
 Fields are found by tag name, never by position; coordinates may be floats; difficult,
 truncated and pose are optional. The image is located by <filename> under the image root;
@@ -8,13 +10,13 @@ XML is parsed with defusedxml, so entity bombs and external entities are refused
 from __future__ import annotations
 
 import posixpath
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
 from beam_tfrecord import paths
 from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError, ObjectAnnotation
-from beam_tfrecord.sources import SourceOutput, read_text
+from beam_tfrecord.sources import SourceOutput, exists, is_hidden, list_dir, list_tree, read_text
 
 
 def _text(node, tag: str) -> Optional[str]:
@@ -89,11 +91,15 @@ def parse_image_set(text: str) -> List[str]:
   return [line.split()[0] for line in text.splitlines() if line.strip()]
 
 
+# Image sets that are the union of others (VOC's trainval = train + val): not splits of their
+# own when a part is present. With one part present, the other is the union minus it.
+UNIONS: Dict[str, Tuple[str, ...]] = {"trainval": ("train", "val")}
+
+
 def split_files(voc_root: str) -> Dict[str, str]:
-  """{split: uri} of ImageSets/Main/*.txt without per-class lists; 'trainval' is dropped when
-  'train' and 'val' exist (it is their union)."""
+  """{image set: uri} of ImageSets/Main/*.txt, without the per-class lists (aeroplane_train)."""
   from apache_beam.io.filesystems import FileSystems
-  pattern = paths.join(voc_root, "ImageSets/Main/*.txt")
+  pattern = paths.join(paths.glob_escape(voc_root), "ImageSets/Main/*.txt")
   try:
     found = FileSystems.match([pattern])[0].metadata_list
   except Exception:
@@ -103,23 +109,126 @@ def split_files(voc_root: str) -> Dict[str, str]:
     name = posixpath.basename(meta.path.replace("\\", "/"))[:-4]
     if "_" not in name and not name.startswith((".", "-")):
       result[name] = meta.path
-  if "train" in result and "val" in result:
-    result.pop("trainval", None)
   return dict(sorted(result.items()))
+
+
+def image_candidates(xml_relative: str, filename: str, beside: bool,
+                     image_dirs: Sequence[str] = ()) -> List[str]:
+  """Names (relative to the image root) an XML's <filename> may be found at, in order: beside
+  the XML, then in the tree's other folders holding images (the image root is the XML
+  folder: raccoon/annotations/ + raccoon/images/ given as raccoon/); or, under a separate
+  image root, mirroring the XML's sub-folder and then directly in it. <path> and <folder> are
+  never used: they name the annotator's machine."""
+  folder = posixpath.dirname(xml_relative)
+  mirrored = posixpath.join(folder, filename) if folder else filename
+  if beside:
+    others = [posixpath.join(d, filename) if d else filename for d in image_dirs]
+    return list(dict.fromkeys([mirrored] + others))
+  return [mirrored, filename] if folder else [filename]
+
+
+def resolve_split(member_of: Iterable[str], scope: Iterable[str]) -> Tuple[Optional[str], str]:
+  """(split, '') for an image listed in the image sets `member_of`, considering only the sets
+  in `scope`; (None, reason) when it is in none or in several. A union set counts only when
+  none of its parts is in scope; with one part in scope, the union minus that part is the
+  other part (only train and trainval: val = trainval - train)."""
+  scope = set(scope)
+  member = set(member_of) & scope
+  for union, parts in UNIONS.items():
+    present = [p for p in parts if p in scope]
+    if union not in scope or not present:
+      continue
+    if union in member:
+      member.discard(union)
+      if len(present) == 1 and not member & set(parts):
+        member.add(next(p for p in parts if p not in present))
+  if len(member) == 1:
+    return next(iter(member)), ""
+  return None, "not_in_split" if not member else "several_splits"
+
+
+def split_names(scope: Iterable[str]) -> List[str]:
+  """The splits that image sets `scope` produce (see resolve_split)."""
+  scope = set(scope)
+  names = set(scope)
+  for union, parts in UNIONS.items():
+    present = [p for p in parts if p in scope]
+    if union in scope and present:
+      names.discard(union)
+      names.update(parts)
+  return sorted(names)
+
+
+def check_input(inputs: Sequence[str], image_sets: Optional[str] = None) -> None:
+  """Before running: one VOC directory, with Annotations/*.xml and the chosen image sets; or
+  a folder of XMLs, or SPLIT=DIR folders (a Roboflow VOC export), whose XMLs and images
+  ReadVoc checks when it is built."""
+  from apache_beam.io.filesystems import FileSystems
+  from beam_tfrecord.errors import UsageError
+  from beam_tfrecord.preflight import check_directory
+  assigned = [paths.parse_assignment(item) for item in inputs]
+  if len(assigned) > 1 and not all(split for split, _ in assigned):
+    raise UsageError(f"--format voc takes one --input (a VOC directory or a folder of XMLs), "
+                     f"or one SPLIT=DIR per split; got {len(inputs)} inputs")
+  if len(assigned) > 1 or assigned[0][0]:
+    if image_sets:
+      raise UsageError("--image-sets applies to a VOC directory without SPLIT= inputs")
+    for _, root in assigned:
+      check_directory(root, "--input")
+    return
+  root = assigned[0][1]
+  check_directory(root, "--input")
+  if is_flat(root):  # a folder of XMLs (LabelImg): ReadVoc checks XMLs and images
+    if image_sets:
+      raise UsageError(f"--image-sets: {root} is a folder of XMLs without ImageSets/Main")
+    return
+  try:
+    found = FileSystems.match([paths.join(paths.glob_escape(root), "Annotations/*.xml")])[0] \
+        .metadata_list
+  except Exception:
+    found = []
+  if not found:
+    raise UsageError(f"--input {root} has no Annotations/*.xml: not a Pascal VOC directory "
+                     "(VOCdevkit/VOC2012 holds Annotations/, JPEGImages/, ImageSets/Main/)")
+  if image_sets:
+    available = split_files(root)
+    missing = [name for name in parse_image_sets(image_sets) if name not in available]
+    if missing:
+      raise UsageError(f"--image-sets: {', '.join(missing)} not in {root}/ImageSets/Main "
+                       f"(it has {', '.join(available) or 'no image sets'})")
+
+
+def parse_image_sets(text: str) -> List[str]:
+  return [name.strip() for name in text.split(",") if name.strip()]
 
 
 class _ParseXml(beam.DoFn):
 
-  def __init__(self, image_root: str, allow_absolute: bool):
+  def __init__(self, image_root: str, allow_absolute: bool, follow_symlinks: bool = False,
+               flat_root: Optional[str] = None, split: Optional[str] = None,
+               image_dirs: Sequence[str] = ()):
     self.image_root = image_root
-    self.allow_absolute = allow_absolute
+    self.image_dirs = tuple(image_dirs)
+    self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
+    self.flat_root = flat_root    # the XML folder of a flat (LabelImg) layout
+    self.split = split
 
-  def process(self, readable, splits: Dict[str, List[str]], use_splits: bool):
-    uri = readable.metadata.path
+  def _locate(self, uri: str, filename: str) -> Tuple[str, str]:
+    if self.flat_root is None:
+      return paths.resolve(self.image_root, filename, self.allow_absolute, self.follow_symlinks)
+    rel = uri[len(self.flat_root.rstrip("/\\")) + 1:].replace("\\", "/")
+    names = image_candidates(rel, filename, self.image_root == self.flat_root, self.image_dirs)
+    resolved = [paths.resolve(self.image_root, n, self.allow_absolute, self.follow_symlinks)
+                for n in names]
+    return next((r for r in resolved if exists(r[1])), resolved[0])
+
+  def process(self, readable, splits: Dict[str, List[str]], scope: List[str]):
+    uri = readable.metadata.path if hasattr(readable, "metadata") else readable
     stem = posixpath.splitext(posixpath.basename(uri.replace("\\", "/")))[0]
     try:
-      filename, width, height, objects = parse_xml(readable.read())
-      key, image_uri = paths.resolve(self.image_root, filename, self.allow_absolute)
+      data = readable.read() if hasattr(readable, "read") else read_text(uri)
+      filename, width, height, objects = parse_xml(data)
+      key, image_uri = self._locate(uri, filename)
     except InputError as e:
       yield beam.pvalue.TaggedOutput("errors", e.record(uri))
       return
@@ -128,50 +237,124 @@ class _ParseXml(beam.DoFn):
           source=uri, stage="parse", reason="unexpected_error",
           message=f"{type(e).__name__}: {e}"))
       return
-    split = None
-    if use_splits:
+    split = self.split
+    if scope:
       member_of = splits.get(stem, [])
-      if len(member_of) != 1:
-        reason, where = (("not_in_split", "no ImageSets/Main list") if not member_of else
-                         ("several_splits", f"the lists {sorted(member_of)}"))
+      split, reason = resolve_split(member_of, scope)
+      if split is None:
+        excluded = reason == "not_in_split" and bool(member_of)  # only in sets not chosen
+        where = (f"the lists {sorted(member_of)}" if member_of else "no ImageSets/Main list")
         yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-            source=uri, stage="parse", reason=reason, key=key,
-            message=f"image id {stem!r} is named by {where}"))
+            source=uri, stage="parse", key=key,
+            reason="excluded_by_image_sets" if excluded else reason,
+            level="warning" if excluded else "image",
+            message=f"image id {stem!r} is named by {where}"
+            + (f", none of the chosen image sets {scope}" if excluded else "")))
         return
-      split = member_of[0]
     yield ImageAnnotation(key=key, uri=image_uri, source_id=key, source=uri,
                           objects=tuple(objects), split=split, width=width, height=height)
 
 
-class ReadVoc(beam.PTransform):
-  """A Pascal VOC directory -> SourceOutput.
+def _image_dirs(xml_root: str) -> List[str]:
+  """Folders (relative) of a folder of XMLs that hold images, when no --images is given;
+  UsageError when there are none (the images live elsewhere: --images must say where)."""
+  from beam_tfrecord.errors import UsageError
+  from beam_tfrecord.sources import image_extensions
+  extensions = image_extensions()
+  tree = [rel for rel in list_tree(xml_root) if not is_hidden(rel)]
+  if not any(rel.lower().endswith(".xml") for rel in tree):
+    raise UsageError(f"{xml_root} holds neither Annotations/ nor any .xml file")
+  dirs = sorted({posixpath.dirname(rel) for rel in tree
+                 if posixpath.splitext(rel)[1].lower() in extensions})
+  if not dirs:
+    import os
+    parent = os.path.dirname(os.path.abspath(xml_root)) if not paths.is_remote(xml_root) else ""
+    siblings = [d for d in list_dir(parent)[0] if d.lower() in ("images", "jpegimages", "img")]
+    near = os.path.join(os.path.dirname(xml_root.rstrip("/")) or ".", siblings[0]) \
+        if siblings else ""
+    hint = f" (perhaps --images {near})" if near else ""
+    raise UsageError(f"{xml_root} holds XMLs but no images beside them; give --images DIR, "
+                     f"the folder their <filename> is in{hint}")
+  return dirs
 
-  In: voc_root (holding Annotations/*.xml, optionally ImageSets/Main/*.txt) and image_root
-  (default voc_root/JPEGImages). Out: one ImageAnnotation per XML, split from ImageSets when
-  `use_image_sets` (images listed in none or several lists become errors), and ErrorRecords.
+
+def is_flat(voc_root: str) -> bool:
+  """A folder of XMLs rather than a VOC directory (no Annotations/). A missing directory is
+  read as a VOC directory, whose source reports it as before."""
+  subdirs, files = list_dir(voc_root)
+  return bool(subdirs or files) and "Annotations" not in subdirs
+
+
+def detect(path: str) -> Optional[str]:
+  """--format auto: a VOC directory, or a folder holding XMLs."""
+  subdirs, files = list_dir(path)
+  if "Annotations" in subdirs:
+    return "Annotations/"
+  if any(f.lower().endswith(".xml") for f in files):
+    return "XMLs"
+  # one level down only (raccoon_dataset/annotations/): deeper XMLs are more likely a
+  # collection of datasets than one
+  with_xml = [d for d in subdirs if not d.startswith(".") and
+              any(f.lower().endswith(".xml") for f in list_dir(paths.join(path, d))[1])]
+  if with_xml:
+    return f"XMLs in {', '.join(d + '/' for d in with_xml)}"
+  return None
+
+
+class ReadVoc(beam.PTransform):
+  """A Pascal VOC directory, or a folder of VOC XMLs -> SourceOutput.
+
+  In: voc_root (holding Annotations/*.xml, optionally ImageSets/Main/*.txt; or XMLs anywhere
+  below it) and image_root (default voc_root/JPEGImages; for a folder of XMLs, the images
+  lie beside the XMLs unless image_root is given). Out: one ImageAnnotation per XML, split from
+  ImageSets when `use_image_sets` (images listed in none or several lists become errors) or
+  `split`, and ErrorRecords.
   """
 
   def __init__(self, voc_root: str, image_root: Optional[str] = None,
-               use_image_sets: bool = True, allow_absolute: bool = False):
+               use_image_sets: bool = True, allow_absolute: bool = False,
+               image_sets: Optional[Sequence[str]] = None, follow_symlinks: bool = False,
+               split: Optional[str] = None):
     super().__init__()
     self.voc_root = voc_root
-    self.image_root = image_root or paths.join(voc_root, "JPEGImages")
-    self.allow_absolute = allow_absolute
-    self.splits = split_files(voc_root) if use_image_sets else {}
+    self.flat = is_flat(voc_root)
+    self.image_root = image_root or (voc_root if self.flat else
+                                     paths.join(voc_root, "JPEGImages"))
+    self.image_dirs: List[str] = []
+    if self.flat and not image_root:
+      self.image_dirs = _image_dirs(voc_root)
+    self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
+    self.split = split
+    # Membership comes from every list; `scope` is the lists that make splits.
+    self.lists = (split_files(voc_root) if use_image_sets and not self.flat and not split
+                  else {})
+    self.scope = sorted(image_sets or self.lists)
+    self.splits = split_names(self.scope) if self.lists else []
 
   def expand(self, root):
     from apache_beam.io import fileio
     members = (root
-               | "SplitLists" >> beam.Create(sorted(self.splits.items()))
+               | "SplitLists" >> beam.Create(sorted(self.lists.items()))
                | "ReadLists" >> beam.FlatMap(
                    lambda kv: [(stem, kv[0]) for stem in
                                parse_image_set(read_text(kv[1]).decode("utf-8"))])
                | "GroupSplits" >> beam.GroupByKey()
                | "SortSplits" >> beam.MapTuple(lambda stem, s: (stem, sorted(set(s)))))
-    parsed = (root
+    parse = _ParseXml(self.image_root, self.allow_absolute, self.follow_symlinks,
+                      self.voc_root if self.flat else None, self.split, self.image_dirs)
+    if self.flat:
+      voc_root = self.voc_root
+      xmls = (root
+              | "Root" >> beam.Create([voc_root])
+              | "ListXml" >> beam.FlatMap(lambda r: [
+                  paths.join(r, rel) for rel in list_tree(r)
+                  if rel.lower().endswith(".xml") and not is_hidden(rel)])
+              | "Spread" >> beam.Reshuffle())
+    else:
+      xmls = (root
               | "MatchXml" >> fileio.MatchFiles(paths.join(self.voc_root, "Annotations/*.xml"))
-              | "ReadXml" >> fileio.ReadMatches()
-              | "Parse" >> beam.ParDo(_ParseXml(self.image_root, self.allow_absolute),
-                                      beam.pvalue.AsDict(members), bool(self.splits))
-              .with_outputs("errors", main="images"))
+              | "ReadXml" >> fileio.ReadMatches())
+    parsed = xmls | "Parse" >> beam.ParDo(parse, beam.pvalue.AsDict(members),
+                                          self.scope).with_outputs(
+                                              "errors", main="images")
     return SourceOutput(images=parsed.images, errors=parsed.errors)

@@ -71,13 +71,13 @@ def verify_output(output: str, python: str = PYTHON) -> dict:
   and every shard parses with TensorFlow and matches the manifest's counts."""
   check = (
       "import json, sys\n"
-      "from beam_tfrecord import output\n"
+      "from beam_tfrecord import output, verify\n"
       "m = output.read_manifest(sys.argv[1])\n"
       "assert m.get('status', 'ok') == 'ok', m.get('status')\n"
       "assert m['totals']['examples'] > 0, m['totals']\n"
       "print(json.dumps({'totals': m['totals'], 'created': m['created'],"
       " 'source_fingerprint': m.get('source_fingerprint')}))\n"
-      "sys.exit(output.verify(sys.argv[1]))\n")
+      "sys.exit(verify.run(sys.argv[1]))\n")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
   done = subprocess.run([python, "-c", check, output], capture_output=True, text=True, env=env)
   print(done.stdout)

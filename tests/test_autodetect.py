@@ -1,0 +1,223 @@
+"""--format auto on every layout, Roboflow exports, ambiguous and empty inputs, COCO's id-0
+category, flat LabelImg folders and --follow-symlinks."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import layouts
+from bad_data import RUNNER, Coco, convert, jpeg
+from beam_tfrecord import detect
+from beam_tfrecord.errors import EXIT_USAGE, UsageError
+
+NAMES = ["cat", "dog", "person"]
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory, dataset):
+  """Every layout, written once from the shared sample dataset."""
+  base = tmp_path_factory.mktemp("layouts")
+  images, image_dir = dataset.images, dataset.image_dir
+  layouts.write_ultralytics(images, image_dir, base / "ultralytics")
+  layouts.write_darknet(images, image_dir, base / "darknet")
+  layouts.write_raccoon(images, image_dir, base / "raccoon")
+  layouts.write_class_folders(images, image_dir, base / "folders")
+  for kind in ("coco", "csv", "voc", "yolo"):
+    layouts.write_roboflow(images, image_dir, base / f"roboflow-{kind}", kind)
+  return base
+
+
+def test_each_layout_is_detected(tree, dataset):
+  cases = {
+      str(dataset.coco_file("train")): ("coco", "COCO JSON", [str(dataset.coco_file("train"))]),
+      str(dataset.csv_file("val")): ("csv", "CSV file", [str(dataset.csv_file("val"))]),
+      str(dataset.voc_dir): ("voc", "Annotations/", [str(dataset.voc_dir)]),
+      str(tree / "ultralytics" / "shapes.yaml"): ("yolo", "shapes.yaml", None),
+      str(tree / "darknet" / "data" / "obj.data"): ("yolo", "obj.data, Darknet", None),
+      str(tree / "darknet" / "data"): ("yolo", "obj.data, Darknet", None),
+      str(tree / "raccoon"): ("voc", "XMLs in annotations/", None),
+      str(tree / "raccoon" / "annotations"): ("voc", "XMLs", None),
+      str(tree / "folders"): ("folders", "split folders of class folders", None),
+      str(tree / "folders" / "train"): ("folders", "class folders", None),
+      str(tree / "roboflow-yolo"): ("yolo", "data.yaml", None),
+  }
+  for path, (fmt, reason, inputs) in cases.items():
+    found = detect.detect([path])
+    assert (found.format, found.reason) == (fmt, reason), path
+    assert found.line() == f"detected: {fmt} ({reason})"
+    assert list(found.inputs) == (inputs or [path]), path
+
+
+def test_roboflow_split_folders_keep_their_names(tree):
+  for kind, what in (("coco", "_annotations.coco.json"), ("csv", "_annotations.csv"),
+                     ("voc", "XMLs beside the images")):
+    root = tree / f"roboflow-{kind}"
+    found = detect.detect([str(root)])
+    assert found.format == kind
+    assert found.reason == f"split folders train, valid with {what}"
+    file = {"coco": "/_annotations.coco.json", "csv": "/_annotations.csv", "voc": ""}[kind]
+    assert list(found.inputs) == [f"train={root}/train{file}", f"valid={root}/valid{file}"]
+
+
+def test_split_prefix_is_kept(dataset):
+  found = detect.detect([f"val={dataset.coco_file('val')}", f"train={dataset.coco_file('train')}"])
+  assert found.format == "coco"
+  assert list(found.inputs) == [f"val={dataset.coco_file('val')}",
+                                f"train={dataset.coco_file('train')}"]
+
+
+def test_ambiguous_empty_and_unknown_inputs(tree, tmp_path, dataset):
+  both = tmp_path / "both"
+  shutil.copytree(tree / "roboflow-yolo", both)
+  (both / "extra.xml").write_text(layouts.labelimg_xml(dataset.images[0]))
+  with pytest.raises(UsageError) as e:
+    detect.detect([str(both)])
+  assert "fits more than one format" in str(e.value)
+  assert "yolo (data.yaml)" in str(e.value) and "voc (XMLs)" in str(e.value)
+  assert "--format voc or --format yolo" in str(e.value)
+
+  (tmp_path / "empty").mkdir()
+  with pytest.raises(UsageError, match=r"cannot tell the format of .*empty: found nothing; "
+                     r"give --format coco\|voc\|csv\|yolo\|folders"):
+    detect.detect([str(tmp_path / "empty")])
+  notes = tmp_path / "notes"
+  notes.mkdir()
+  (notes / "a.txt").write_text("x")
+  with pytest.raises(UsageError, match=r"found 1 files \(\.txt\)"):
+    detect.detect([str(notes)])
+  not_coco = tmp_path / "config.json"
+  not_coco.write_text(json.dumps({"model": "x", "layers": [1, 2]}))
+  with pytest.raises(UsageError, match="a file of no known format"):
+    detect.detect([str(not_coco)])
+  with pytest.raises(UsageError, match="does not exist"):
+    detect.detect([str(tmp_path / "missing")])
+  with pytest.raises(UsageError, match="different formats"):
+    detect.detect([str(dataset.coco_file("train")), str(dataset.csv_file("val"))])
+
+
+def test_cli_ambiguous_exits_2_before_writing(tree, tmp_path, dataset, capsys):
+  both = tmp_path / "both"
+  shutil.copytree(tree / "roboflow-coco", both)
+  (both / "data.yaml").write_text("train: train\nnames: [a]\n")
+  out = tmp_path / "out"
+  run = convert(["--input", str(both), "--output", str(out)], capsys)
+  assert run.code == EXIT_USAGE
+  assert run.stdout == ""
+  lines = run.stderr.strip().splitlines()
+  assert len(lines) == 1 and "--format coco or --format yolo" in lines[0]
+  assert not out.exists()
+
+
+def test_roboflow_coco_export_drops_the_id0_category(tree, dataset, tmp_path, capsys):
+  """One command for the whole export: splits train/valid as named, the unused id-0 dataset
+  category dropped with a warning, never in label_map.pbtxt."""
+  out = tmp_path / "out"
+  run = convert(["--input", str(tree / "roboflow-coco"), "--output", str(out)], capsys)
+  assert run.code == 0, run.stderr
+  assert ("detected: coco (split folders train, valid with _annotations.coco.json)"
+          in run.stdout)
+  ids = {n: i for i, n in enumerate(NAMES, start=1)}
+  assert run.manifest["label_map"] == ids
+  assert "id: 0" not in (out / "label_map.pbtxt").read_text()
+  warnings = run.errors_where(reason="background_category")
+  assert len(warnings) == 2 and {w["level"] for w in warnings} == {"warning"}
+  assert all("shapes" in w["message"] for w in warnings)
+  assert len(run.errors) == 2
+  split_of = lambda im: layouts.ROBOFLOW_SPLIT[im.split]  # noqa: E731
+  layouts.check_od_examples(run, dataset.images, dataset.image_dir, ids, split_of)
+
+
+def test_roboflow_yolo_export_keeps_valid(tree, dataset, tmp_path, capsys):
+  run = convert(["--input", str(tree / "roboflow-yolo"), "--output", str(tmp_path / "o")],
+                capsys)
+  assert run.code == 0 and "detected: yolo (data.yaml)" in run.stdout
+  assert sorted(run.manifest["splits"]) == ["train", "valid"]
+  ids = {n: i for i, n in enumerate(NAMES, start=1)}
+  assert run.manifest["label_map"] == ids
+  layouts.check_od_examples(run, dataset.images, dataset.image_dir, ids,
+                            lambda im: layouts.ROBOFLOW_SPLIT[im.split])
+
+
+def test_category_zero_in_use_needs_a_label_map(tmp_path, capsys):
+  images = tmp_path / "export" / "train"
+  coco = Coco(str(images), [(0, "cells"), (1, "rbc")])
+  coco.image(0, "a.jpg", jpeg((64, 48)), width=64, height=48)
+  coco.ann(0, 0, [1, 2, 10, 10])
+  coco.ann(0, 1, [20, 20, 10, 10])
+  path = coco.write(str(images / "_annotations.coco.json"))
+  out = tmp_path / "out"
+  run = convert(["--input", path, "--output", str(out)], capsys)
+  assert run.code == EXIT_USAGE
+  assert "category id 0" in run.stderr and "--label-map" in run.stderr
+  assert not out.exists()
+  label_map = layouts.write_label_map(tmp_path / "map.pbtxt", {"cells": 2, "rbc": 1})
+  run = convert(["--input", path, "--label-map", str(label_map), "--output", str(out)])
+  assert run.code == 0
+  (example,) = run.examples
+  assert example["image/object/class/text"] == [b"cells", b"rbc"]
+  assert example["image/object/class/label"] == [2, 1]
+
+
+def test_raccoon_layout_with_and_without_images(tree, dataset, tmp_path, capsys):
+  """XMLs in annotations/, images in images/: --images names the folder; without it the
+  run stops before starting and says which option to give."""
+  racoon = tree / "raccoon"
+  run = convert(["--format", "voc", "--input", str(racoon / "annotations"), "--output",
+                 str(tmp_path / "none")], capsys)
+  assert run.code == EXIT_USAGE and "--images" in run.stderr and str(racoon / "images") in \
+      run.stderr
+  run = convert(["--input", str(racoon / "annotations"), "--images", str(racoon / "images"),
+                 "--output", str(tmp_path / "out")], capsys)
+  assert run.code == 0 and "detected: voc (XMLs)" in run.stdout
+  ids = {n: i for i, n in enumerate(NAMES, start=1)}
+  layouts.check_od_examples(run, dataset.images, dataset.image_dir, ids, lambda im: "train")
+  assert sorted(e["filename"] for e in run.examples) == sorted(
+      im.file_name for im in dataset.images)
+
+
+def test_follow_symlinks(tmp_path):
+  """A symlinked image outside the image root: rejected (the message names the option)
+  without --follow-symlinks, converted with it."""
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  data = jpeg((64, 48))
+  (elsewhere / "real.jpg").write_bytes(data)
+  root = tmp_path / "farm"
+  coco = Coco(str(root), [(1, "cat")])
+  coco.image(1, "linked.jpg", width=64, height=48)
+  coco.image(2, "plain.jpg", jpeg((32, 24)), width=32, height=24)
+  coco.ann(1, 1, [1, 1, 10, 10])
+  os.symlink(elsewhere / "real.jpg", root / "linked.jpg")
+  path = coco.write(str(root / "instances.json"))
+  run = convert(["--input", path, "--output", str(tmp_path / "strict"), RUNNER])
+  (error,) = run.errors
+  assert error["reason"] == "symlink_escape" and "--follow-symlinks" in error["message"]
+  assert [e["filename"] for e in run.examples] == ["plain.jpg"]
+  run = convert(["--input", path, "--follow-symlinks", "--output", str(tmp_path / "follow"),
+                 RUNNER])
+  assert run.errors == []
+  linked = run.by_filename()["linked.jpg"]
+  assert linked["image/encoded"] == data and linked["image/object/class/text"] == [b"cat"]
+  os.remove(elsewhere / "real.jpg")  # a dangling link is still refused
+  run = convert(["--input", path, "--follow-symlinks", "--output", str(tmp_path / "dangling"),
+                 RUNNER])
+  assert [e["reason"] for e in run.errors] == ["symlink_escape"]
+
+
+def test_category_zero_scan(tmp_path):
+  """The pre-run byte scan finds category_id 0 wherever the read chunks split it, and does
+  not take 10, 0.5 or a file name containing the text for it."""
+  from beam_tfrecord.sources import coco as coco_source
+  used = tmp_path / "used.json"
+  used.write_text(json.dumps({"images": [], "annotations": [
+      {"category_id": 10}, {"category_id": 0.5}, {"category_id": 0}]}))
+  unused = tmp_path / "unused.json"
+  unused.write_text(json.dumps({"images": [{"file_name": '"category_id": 0'}], "annotations": [
+      {"category_id": 10}, {"category_id": 0.5}, {"category_id": 100}]}))
+  for chunk in (5, 16, 1 << 20):
+    assert coco_source.uses_category_zero(str(used), chunk) is True
+    assert coco_source.uses_category_zero(str(unused), chunk) is False
