@@ -181,11 +181,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       with open(data.annotations, "rb") as fin, FileSystems.create(ann) as fout:
         fout.write(fin.read())
       common = ["convert", "--format=coco", f"--input=train={ann}", f"--images={root}",
-                "--num-shards=2", "--runner=FnApiRunner", "--quiet"]
+                "--num-shards=2", "--runner=FnApiRunner"]
       local = os.path.join(work, "local")
       _convert(["convert", "--format=coco", f"--input=train={data.annotations}",
                 f"--images={data.images_dir}", "--num-shards=2", "--runner=FnApiRunner",
-                "--quiet", f"--output={local}"], None)
+                f"--output={local}"], None)
       digests["local"].add(_digest(local))
       proxy.delay = args.latency_ms / 1000
       for rep in range(args.repeats):
