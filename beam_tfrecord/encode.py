@@ -5,8 +5,9 @@ Shared by both sinks. Pure apart from reading the file through Beam's FileSystem
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
-from typing import List, Mapping, Optional, Tuple
+from typing import Callable, List, Mapping, Optional, Tuple
 
 from beam_tfrecord import images, masks, orientation
 from beam_tfrecord.paths import is_remote
@@ -136,13 +137,27 @@ def _with_masks(ann: ImageAnnotation, prepared: images.PreparedImage, frame: str
   return ann.replace(objects=tuple(objects))
 
 
+def fetch(uri: str, limit: int = DEFAULT_MAX_IMAGE_BYTES) -> Tuple[bytes, str]:
+  """The image bytes and their hex SHA-256: both release the GIL, so the shard writer runs
+  this on its read-ahead threads (the digest is `image/key/sha256` when the bytes pass through).
+  Files over `limit` bytes are rejected from a stat before reading, as in read_bytes."""
+  data = read_bytes(uri, limit)
+  return data, hashlib.sha256(data).hexdigest()
+
+
 def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
-            options: EncodeOptions = EncodeOptions()) -> Converted:
-  """Never raises for bad input: every problem becomes an ErrorRecord."""
+            options: EncodeOptions = EncodeOptions(),
+            fetched: Optional[Callable[[], Tuple[bytes, str]]] = None) -> Converted:
+  """Never raises for bad input: every problem becomes an ErrorRecord. `fetched` returns
+  fetch(ann.uri) (or raises InputError) when it ran ahead; by default it is called here."""
   errors: List[ErrorRecord] = []
   try:
-    prepared = images.prepare(read_bytes(ann.uri, options.max_image_bytes), options.max_pixels,
-                              options.verify_images, options.preprocess)
+    data, digest = (fetched() if fetched is not None else
+                    (read_bytes(ann.uri, options.max_image_bytes), None))
+    prepared = images.prepare(data, options.max_pixels, options.verify_images,
+                              options.preprocess)
+    if digest is not None and prepared.encoded is data:  # written as read: the digest holds
+      prepared = dataclasses.replace(prepared, sha256_hex=digest)
     ann, frame = _in_displayed_frame(ann, prepared, options, errors)
     if options.include_masks:
       ann = _with_masks(ann, prepared, frame, errors)

@@ -20,6 +20,7 @@ Pillow opens lazily, so `probe` reads only the header.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 from typing import Optional, Tuple
 
@@ -186,6 +187,11 @@ class PreparedImage:
   encoded: bytes
   info: ImageInfo          # of the encoded bytes (orientation 1 after reorienting)
   source: ImageInfo        # of the original file
+  sha256_hex: Optional[str] = None  # of `encoded`, when already computed (the read-ahead)
+
+  def sha256(self) -> str:
+    """Hex SHA-256 of the encoded bytes (`image/key/sha256`)."""
+    return self.sha256_hex or hashlib.sha256(self.encoded).hexdigest()
 
 
 def _has_alpha(image: Image.Image) -> bool:

@@ -17,7 +17,7 @@ from beam_tfrecord import card
 from beam_tfrecord import images as imaging
 from beam_tfrecord import lock as locks
 from beam_tfrecord import output as outputs
-from beam_tfrecord import paths, progress, schemas, sharding
+from beam_tfrecord import coders, paths, progress, schemas, sharding
 from beam_tfrecord.boxes import BBOX_POLICIES
 from beam_tfrecord import encode
 from beam_tfrecord.encode import EncodeOptions
@@ -26,7 +26,8 @@ from beam_tfrecord.encode import DEFAULT_MAX_IMAGE_BYTES
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.orientation import EXIF_FRAMES
-from beam_tfrecord.sink import WriteShards, WriteWithBeamSink, merge_stats, new_stats
+from beam_tfrecord.sink import (WriteShards, WriteWithBeamSink, merge_stats, new_stats,
+                                pick_one)
 from beam_tfrecord.sources import SourceOutput, coco, folders, yolo
 from beam_tfrecord.sources import csv as csv_source
 from beam_tfrecord.sources.coco import ReadCoco
@@ -34,6 +35,9 @@ from beam_tfrecord.sources.csv import ReadCsv, parse_column_map
 from beam_tfrecord.sources.folders import ReadFolders
 from beam_tfrecord.sources.voc import ReadVoc
 from beam_tfrecord.sources.yolo import ReadYolo
+
+# Records that cross shuffles are encoded as tuples of their fields, not pickled (coders.py).
+coders.register(ImageAnnotation)
 
 FORMATS = ("auto", "coco", "voc", "csv", "yolo", "folders")
 SCHEMAS = tuple(schemas.REGISTRY)
@@ -298,91 +302,150 @@ def read_source(root, config: ConvertConfig) -> Tuple[SourceOutput, List[str]]:
       sorted(split for split, _ in assigned))
 
 
-def _locate(ann: ImageAnnotation):
+def _locate_and_assign(ann: ImageAnnotation, fractions: Optional[Mapping[str, float]],
+                       size: Any = None):
+  """Fill in the file size and the split, or report the missing file (one fused step).
+  `size` is the file size or InputError when it was looked up already (_locate_batch)."""
   outputs.kill_point("parse")
   try:
-    yield ann.replace(size_bytes=paths.file_size(ann.uri))
+    size = paths.file_size(ann.uri) if size is None else size
+    if isinstance(size, InputError):
+      raise size
   except InputError as e:
     yield beam.pvalue.TaggedOutput("errors", e.record(ann.source, ann.key))
+    return
+  if fractions:
+    split = sharding.split_for_key(ann.key, fractions)
+  else:
+    split = ann.split or DEFAULT_SPLIT
+  yield ann.replace(size_bytes=size, split=split)
 
 
-def _first_of_duplicates(element):
-  """One example per image file: later annotations of the same file are reported."""
-  uri, anns = element
-  anns = sorted(anns, key=lambda a: (a.source, a.source_id, a.split or "", a.key))
-  for dup in anns[1:]:
-    yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-        source=dup.source, stage="parse", reason="duplicate_image", key=dup.key, level="warning",
-        message=f"{uri} is annotated again (source id {dup.source_id!r}); the annotation "
-        f"from {anns[0].source} (source id {anns[0].source_id!r}) is used"))
-  yield anns[0]
+REMOTE_LOCATE_THREADS = 16
+
+
+def _size_or_error(uri: str) -> Any:
+  try:
+    return paths.file_size(uri)
+  except InputError as e:
+    return e
+
+
+def _locate_batch(batch: Sequence[ImageAnnotation], fractions: Optional[Mapping[str, float]]):
+  """_locate_and_assign over a batch, the sizes looked up concurrently: on an object store
+  each lookup is a round trip, and one at a time they cost as much as the reads."""
+  import concurrent.futures
+  with concurrent.futures.ThreadPoolExecutor(REMOTE_LOCATE_THREADS) as pool:
+    sizes = list(pool.map(_size_or_error, [a.uri for a in batch]))
+  for ann, size in zip(batch, sizes):
+    yield from _locate_and_assign(ann, fractions, size)
+
+
+def _first_of_duplicates(uri: str, anns: Iterable[ImageAnnotation]):
+  kept, errors = pick_one(uri, anns)
+  for error in errors:
+    yield beam.pvalue.TaggedOutput("errors", error)
+  yield kept
 
 
 class PrepareImages(beam.PTransform):
-  """PCollection[ImageAnnotation] -> (located, split-assigned, de-duplicated images, errors).
+  """PCollection[ImageAnnotation] -> (located, split-assigned images, errors).
 
   In: images straight from a source. Out: every image with a split and a file size; images
-  whose file is missing or annotated twice become ErrorRecords.
+  whose file is missing become ErrorRecords. With dedupe, a file annotated twice keeps one
+  annotation here (a shuffle by file); the shard writer does the same inside its own grouping
+  instead (sharding.ShardPlan.duplicates), which saves that shuffle.
   """
 
-  def __init__(self, fractions: Optional[Mapping[str, float]]):
+  def __init__(self, fractions: Optional[Mapping[str, float]], dedupe: bool = True,
+               remote: bool = False):
     super().__init__()
     self.fractions = dict(fractions) if fractions else None
+    self.dedupe = dedupe
+    self.remote = remote  # images on an object store: look sizes up in concurrent batches
 
   def expand(self, images):
-    fractions = self.fractions
-
-    def assign(ann: ImageAnnotation) -> ImageAnnotation:
-      if fractions:
-        return ann.replace(split=sharding.split_for_key(ann.key, fractions))
-      return ann if ann.split else ann.replace(split=DEFAULT_SPLIT)
-
+    if self.remote:
+      images = images | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=256)
+      locate = beam.FlatMap(_locate_batch, self.fractions)
+    else:
+      locate = beam.FlatMap(_locate_and_assign, self.fractions)
     located = (images
-               | "Locate" >> beam.FlatMap(_locate).with_outputs("errors", main="images"))
+               | "Locate" >> locate.with_output_types(ImageAnnotation).with_outputs(
+                   "errors", main="images"))
+    if not self.dedupe:
+      return located.images, located.errors
     unique = (located.images
-              | "AssignSplit" >> beam.Map(assign)
               | "ByFile" >> beam.Map(lambda a: (a.uri, a))
               | "GroupByFile" >> beam.GroupByKey()
-              | "Dedupe" >> beam.FlatMap(_first_of_duplicates).with_outputs(
+              | "Dedupe" >> beam.FlatMapTuple(_first_of_duplicates).with_outputs(
                   "errors", main="images"))
     errors = (located.errors, unique.errors) | "Errors" >> beam.Flatten()
     return unique.images, errors
 
 
-class PlanShards(beam.PTransform):
-  """PCollection[ImageAnnotation] (split and size set) -> PCollection[(split, SplitPlan)].
+class _PlanFn(beam.CombineFn):
+  """ImageAnnotation -> sharding.ShardPlan, combined ({uri: winner}) rather than gathered:
+  the runner lifts the combine before its shuffle, so one accumulator per bundle crosses it.
+  `planned_records(image)` (the schema's) is what --records-per-shard counts."""
 
-  With `records_per_shard`, shards are cut by the records each image will make
-  (`planned_records(image)`, from the schema) instead of by bytes. Also records each split's
-  planned image count in the run directory, once, for the progress line (progress.py);
-  upstream of every write, so it never outlives the run.
+  def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float],
+               records_per_shard: Optional[int] = None,
+               planned_records: Optional[Callable[[ImageAnnotation], int]] = None):
+    self.num_shards, self.shard_size_mb = num_shards, shard_size_mb
+    self.records_per_shard = records_per_shard
+    self.planned_records = planned_records or (lambda ann: 1)
+
+  def create_accumulator(self) -> Dict[str, sharding.PlanEntry]:
+    return {}
+
+  def add_input(self, acc, ann: ImageAnnotation):
+    return sharding.add_plan_entry(acc, ann.uri, (
+        ann.source, ann.source_id, ann.split, ann.key, ann.size_bytes or 0, 1,
+        self.planned_records(ann)))
+
+  def merge_accumulators(self, accs):
+    accs = iter(accs)
+    merged = next(accs)
+    for acc in accs:
+      for uri, entry in acc.items():
+        sharding.add_plan_entry(merged, uri, entry)
+    return merged
+
+  def extract_output(self, acc) -> sharding.ShardPlan:
+    return sharding.make_plan(acc, self.num_shards, self.shard_size_mb, self.records_per_shard)
+
+
+class PlanShards(beam.PTransform):
+  """PCollection[ImageAnnotation] (split and size set) -> PCollection of one sharding.ShardPlan.
+
+  One combine over all images (_PlanFn). The plan also records each split's planned image
+  count in the run directory for the progress line (progress.py), and checks the names of all
+  shards together (--shard-name-template) before any is written, since the writer waits for
+  the plan: a clash raises, failing the run with nothing written.
   """
 
   def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float], staging: str,
                records_per_shard: Optional[int] = None,
-               planned_records: Optional[Callable[[ImageAnnotation], int]] = None):
+               planned_records: Optional[Callable[[ImageAnnotation], int]] = None,
+               template: str = sharding.DEFAULT_SHARD_NAME_TEMPLATE):
     super().__init__()
-    self.num_shards, self.shard_size_mb, self.staging = num_shards, shard_size_mb, staging
-    self.records_per_shard, self.planned_records = records_per_shard, planned_records
+    self.combine = _PlanFn(num_shards, shard_size_mb, records_per_shard, planned_records)
+    self.staging, self.template = staging, template
 
   def expand(self, images):
-    by_records, planned_records = self.records_per_shard, self.planned_records
+    staging, template = self.staging, self.template
 
-    def key_and_size(a: ImageAnnotation):
-      if by_records:
-        return a.split, (a.key, a.size_bytes or 0, planned_records(a))
-      return a.split, (a.key, a.size_bytes or 0)
-
-    def plan(split: str, items) -> Tuple[str, sharding.SplitPlan]:
-      result = sharding.plan_split(split, list(items), self.num_shards, self.shard_size_mb,
-                                   by_records)
-      progress.record_planned(self.staging, split, result.count)
-      return split, result
+    def planned(plan: sharding.ShardPlan) -> sharding.ShardPlan:
+      for split, split_plan in plan.splits.items():
+        progress.record_planned(staging, split, split_plan.count)
+      if template != sharding.DEFAULT_SHARD_NAME_TEMPLATE:
+        sharding.shard_names(list(plan.splits.values()), template)
+      return plan
 
     return (images
-            | "KeyAndSize" >> beam.Map(key_and_size)
-            | "GroupBySplit" >> beam.GroupByKey()
-            | "Plan" >> beam.MapTuple(plan))
+            | "Combine" >> beam.CombineGlobally(self.combine)
+            | "Planned" >> beam.Map(planned))
 
 
 def _coco_label_map(pairs: Iterable[Tuple[str, int]]) -> Dict[str, int]:
@@ -490,7 +553,7 @@ class _Finalize(beam.DoFn):
     self.config, self.argv = config, list(argv)
     self.run_directory, self.run_id = run_directory, run_id
 
-  def process(self, _, stats, error_counts, label_map, error_files, beam_files, plans):
+  def process(self, _, stats, error_counts, label_map, error_files, beam_files, plan):
     from apache_beam.io.filesystems import FileSystems
     run_directory = self.run_directory
     if not FileSystems.exists(run_directory) and not paths.is_remote(run_directory):
@@ -510,7 +573,7 @@ class _Finalize(beam.DoFn):
     levels = {k[6:]: v for k, v in sorted(error_counts.items()) if k.startswith("level:")}
     rate = error_rate(totals["images"], levels)  # per image: records may be several or none
     outcome, status = outcome_of(totals, levels, rate, self.config.max_error_rate,
-                                 _lost_records(plans, stats))
+                                 _lost_records(plan.splits, stats))
     if outcome == "ok" and not locks.held_by(self.config.output, self.run_id):
       outcome, status = "lock_lost", ("failed: another run took over the output lock "
                                       "(--break-lock) while this one ran")
@@ -604,28 +667,21 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
               if config.label_map else None)
   source, source_splits = read_source(root, config)
   fractions = config.split_fractions()
-  images, prepare_errors = source.images | "Prepare" >> PrepareImages(fractions)
+  remote = config.allow_absolute_paths or any(
+      paths.is_remote(paths.parse_assignment(item)[1]) for item in config.images + config.inputs)
+  images, prepare_errors = source.images | "Prepare" >> PrepareImages(
+      fractions, dedupe=config.sink != "shards", remote=remote)
   label_map = beam.pvalue.AsSingleton(
       root | "LabelMap" >> BuildLabelMap(source, user_map, schema.first_id))
 
   template = config.shard_name_template
-  custom_names = template != sharding.DEFAULT_SHARD_NAME_TEMPLATE
-  by_records = config.records_per_shard
-  planned_records = schema.planned_records
-  plans = images | "Plan" >> PlanShards(config.num_shards, config.shard_size_mb, staging,
-                                        by_records, planned_records)
-  if custom_names:
-    # The run-time half of the clash check: all plans together, before any shard is written
-    # (the writer waits for this side input). Raises, failing the run with nothing written.
-    plans = (plans
-             | "AllPlans" >> beam.combiners.ToList()
-             | "CheckNames" >> beam.FlatMap(lambda items: sharding.shard_names(
-                 [plan for _, plan in items], template) and items))
-  plans_side = beam.pvalue.AsDict(plans)
+  plan = beam.pvalue.AsSingleton(images | "Plan" >> PlanShards(
+      config.num_shards, config.shard_size_mb, staging, config.records_per_shard,
+      schema.planned_records, template))
 
   if config.sink == "shards":
     stats, write_errors = images | "WriteShards" >> WriteShards(
-        staging, label_map, plans_side, options, template)
+        staging, label_map, plan, options, template)
     beam_files = root | "NoBeamFiles" >> beam.Create([])
   else:
     splits = list(fractions) if fractions else (source_splits or [DEFAULT_SPLIT])
@@ -659,4 +715,4 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
           | "Finalize" >> beam.ParDo(
               _Finalize(config, argv, staging, run_id), beam.pvalue.AsList(merged_stats),
               beam.pvalue.AsDict(error_counts), label_map,
-              beam.pvalue.AsList(error_files), beam.pvalue.AsList(beam_files), plans_side))
+              beam.pvalue.AsList(error_files), beam.pvalue.AsList(beam_files), plan))

@@ -86,3 +86,93 @@ Example = _cls("tensorflow.Example")
 Features = _cls("tensorflow.Features")
 Feature = _cls("tensorflow.Feature")
 StringIntLabelMap = _cls("object_detection.protos.StringIntLabelMap")
+
+
+# ---------------------------------------------------------------------------------------------
+# A direct encoder for tf.train.Example: building the message through protobuf's dict
+# constructors cost ~0.3 ms per image (DESIGN.md); writing the wire format from a precomputed
+# layout costs a tenth of that. The bytes equal Example.SerializeToString(deterministic=True)
+# (map entries sorted by key, packed scalars), asserted in tests; anything the fast path is not
+# sure to encode identically (non-finite floats, out-of-range ints) goes through protobuf.
+
+import math as _math
+import struct as _struct
+
+BYTES, FLOATS, INTS = "bytes", "floats", "ints"
+_KIND_TAG = {BYTES: b"\x0a", FLOATS: b"\x12", INTS: b"\x1a"}  # Feature's oneof field tags
+
+
+_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
+
+
+def _varint(value: int) -> bytes:
+  if value < 0x80:
+    return _ONE_BYTE[value]
+  out = bytearray()
+  while value > 0x7F:
+    out.append((value & 0x7F) | 0x80)
+    value >>= 7
+  out.append(value)
+  return bytes(out)
+
+
+def _packed_ints(values) -> bytes:
+  out = bytearray()
+  for value in values:
+    if value < 0:
+      value &= 0xFFFFFFFFFFFFFFFF
+    while value > 0x7F:
+      out.append((value & 0x7F) | 0x80)
+      value >>= 7
+    out.append(value)
+  return bytes(out)
+
+
+def _feature_payload(kind: str, values) -> bytes:
+  if kind == BYTES:
+    inner = b"".join(b"\x0a" + _varint(len(v)) + v for v in values)
+  elif kind == FLOATS:
+    inner = b"\x0a" + _varint(4 * len(values)) + _struct.pack(f"<{len(values)}f", *values) \
+        if values else b""
+  else:
+    packed = _packed_ints(values)
+    inner = b"\x0a" + _varint(len(packed)) + packed if values else b""
+  return _KIND_TAG[kind] + _varint(len(inner)) + inner
+
+
+class ExampleLayout:
+  """The fixed part of an Example's encoding for a given set of feature keys."""
+
+  def __init__(self, keys):
+    self._keys = sorted(keys)  # deterministic serialization orders map entries by key
+    self._prefix = {k: b"\x0a" + _varint(len(k.encode("utf-8"))) + k.encode("utf-8")
+                    for k in self._keys}
+
+  def serialize(self, features) -> bytes:
+    """features: {key: (kind, values)}, keys a subset of the layout's; kinds BYTES/FLOATS/INTS."""
+    try:
+      body = bytearray()
+      for key in self._keys:
+        entry = features.get(key)
+        if entry is None:
+          continue
+        kind, values = entry
+        if kind == FLOATS and not all(map(_math.isfinite, values)):
+          raise OverflowError("non-finite float")
+        if kind == INTS and any(v < -2**63 or v >= 2**63 for v in values):
+          raise OverflowError("int64 out of range")
+        value = _feature_payload(kind, values)
+        item = self._prefix[key] + b"\x12" + _varint(len(value)) + value
+        body += b"\x0a" + _varint(len(item)) + item
+      return b"\x0a" + _varint(len(body)) + bytes(body)
+    except (OverflowError, _struct.error):
+      return serialize_slow(features)
+
+
+def serialize_slow(features) -> bytes:
+  """The same bytes through protobuf (the reference the fast path is tested against)."""
+  field = {BYTES: "bytes_list", FLOATS: "float_list", INTS: "int64_list"}
+  example = Example(features=Features(feature={
+      key: Feature(**{field[kind]: {"value": list(values)}})
+      for key, (kind, values) in features.items()}))
+  return example.SerializeToString(deterministic=True)

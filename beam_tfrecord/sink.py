@@ -10,17 +10,24 @@ the same bytes under the same name, so retries leave neither duplicates nor gaps
 from __future__ import annotations
 
 import uuid
-from typing import Dict, Iterable, Mapping, Optional
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.io.tfrecordio import _TFRecordUtil  # TFRecord framing with CRC32C
 from apache_beam.metrics import Metrics
 
 from beam_tfrecord import paths, progress, sharding
-from beam_tfrecord.encode import Converted, EncodeOptions, convert
-from beam_tfrecord.model import ImageAnnotation
+from beam_tfrecord.encode import Converted, EncodeOptions, convert, fetch
+from beam_tfrecord.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.output import kill_point
-from beam_tfrecord.sharding import SplitPlan
+from beam_tfrecord.prefetch import prefetch
+from beam_tfrecord.sharding import ShardPlan
+
+# Read-ahead of the shard writer (beam_tfrecord.prefetch): threads, and a cap on the bytes
+# fetched but not yet written.
+REMOTE_READ_AHEAD = 16
+LOCAL_READ_AHEAD = 2
+READ_AHEAD_BYTES = 64 * 1024 * 1024
 
 # images: images written (a schema may write several records, `examples`, per image, or none);
 # rejected: images of this shard/split turned down while writing. images + rejected must add
@@ -57,6 +64,41 @@ def merge_stats(items: Iterable[Dict]) -> Dict:
   return merged
 
 
+def pick_one(uri: str, anns: Iterable[ImageAnnotation]
+             ) -> Tuple[ImageAnnotation, List[ErrorRecord]]:
+  """One example per image file: of several annotations of `uri`, the smallest by (source,
+  source id, split, key) is used and the others are reported."""
+  anns = sorted(anns, key=lambda a: (a.source, a.source_id, a.split or "", a.key))
+  return anns[0], [ErrorRecord(
+      source=dup.source, stage="parse", reason="duplicate_image", key=dup.key, level="warning",
+      message=f"{uri} is annotated again (source id {dup.source_id!r}); the annotation "
+      f"from {anns[0].source} (source id {anns[0].source_id!r}) is used") for dup in anns[1:]]
+
+
+def unique_files(anns: Iterable[ImageAnnotation], errors: List[ErrorRecord]
+                 ) -> List[ImageAnnotation]:
+  """One annotation per file, in (key, uri) order; the others go to `errors`. The plan routes
+  every annotation of a file to the shard of the one that wins (ShardPlan.route)."""
+  by_uri: Dict[str, List[ImageAnnotation]] = {}
+  for ann in anns:
+    by_uri.setdefault(ann.uri, []).append(ann)
+  kept = []
+  for uri, group in by_uri.items():
+    if len(group) == 1:
+      kept.append(group[0])
+    else:
+      winner, dups = pick_one(uri, group)
+      kept.append(winner)
+      errors.extend(dups)
+  return sorted(kept, key=lambda a: (a.key, a.uri))
+
+
+def read_ahead_workers(uri: str) -> int:
+  """Threads reading a shard's images ahead: object stores wait on round trips, local files
+  on little (measured in benchmarks/README.md)."""
+  return REMOTE_READ_AHEAD if paths.is_remote(uri) else LOCAL_READ_AHEAD
+
+
 class _WriteShard(beam.DoFn):
   """((split, shard), [ImageAnnotation]) -> shard stats; errors to the 'errors' output."""
 
@@ -68,18 +110,23 @@ class _WriteShard(beam.DoFn):
     self.images = Metrics.counter("beam_tfrecord", "images_written")
     self.rejected = Metrics.counter("beam_tfrecord", "images_rejected")
 
-  def process(self, element, label_map: Mapping[str, int], plans: Mapping[str, SplitPlan]):
+  def process(self, element, label_map: Mapping[str, int], plan: ShardPlan):
     from apache_beam.io.filesystems import FileSystems
     (split, shard), anns = element
-    name = sharding.shard_name(split, shard, plans[split].num_shards)
+    name = sharding.shard_name(split, shard, plan.splits[split].num_shards)
     final = paths.join(self.staging, name)
     partial = paths.join(self.staging, f".part-{uuid.uuid4().hex}-{name}")
     stats = new_stats(split, shard, name)
-    errors = []
+    errors: List[ErrorRecord] = []
     done = progress.ShardCounter(self.staging, name)
+    anns = unique_files(anns, errors)
+    workers = read_ahead_workers(anns[0].uri) if anns else 0
+    limit = self.options.max_image_bytes  # larger files are rejected from a stat, unread
+    ahead = prefetch(anns, lambda a: fetch(a.uri, limit),
+                     lambda a: min(a.size_bytes or 0, limit), workers, READ_AHEAD_BYTES)
     with FileSystems.create(partial) as f:
-      for ann in sorted(anns, key=lambda a: (a.key, a.uri)):
-        result = convert(ann, label_map, self.options)
+      for ann, fetched in ahead:
+        result = convert(ann, label_map, self.options, fetched)
         done.tick()
         errors.extend(result.errors)
         if result.records is None:
@@ -96,7 +143,7 @@ class _WriteShard(beam.DoFn):
     stats["bytes"] = paths.size_of(final)
     # The file's final name (--shard-name-template; {count} is known only now). It keeps its
     # unique staging name until the finalize step moves it there.
-    named = sharding.format_shard_name(self.template, split, shard, plans[split].num_shards,
+    named = sharding.format_shard_name(self.template, split, shard, plan.splits[split].num_shards,
                                        stats["examples"])
     if named != name:
       stats["path"], stats["staged"] = named, name
@@ -109,25 +156,28 @@ class _WriteShard(beam.DoFn):
 class WriteShards(beam.PTransform):
   """PCollection[ImageAnnotation] (with split) -> (PCollection[shard stats], PCollection[errors]).
 
-  Side inputs: label_map ({name: id}, singleton) and plans ({split: SplitPlan}). Writes
-  STAGING/SPLIT-SSSSS-of-NNNNN.tfrecord, examples sorted by key, byte-identical across runs;
-  a stats entry's `path` is the name from `template`, `staged` the staging name if different.
+  Side inputs: label_map ({name: id}, singleton) and plan (sharding.ShardPlan, singleton).
+  Writes STAGING/SPLIT-SSSSS-of-NNNNN.tfrecord, examples sorted by (key, uri), byte-identical
+  across runs. A file annotated more than once is written once (the others are reported):
+  the plan sends all its annotations to one shard, so this costs no shuffle of its own.
+  A stats entry's `path` is the name from `template`, `staged` the staging name if different.
   """
 
-  def __init__(self, staging: str, label_map, plans, options: EncodeOptions,
+  def __init__(self, staging: str, label_map, plan, options: EncodeOptions,
                template: str = sharding.DEFAULT_SHARD_NAME_TEMPLATE):
     super().__init__()
-    self.staging, self.label_map, self.plans = staging, label_map, plans
+    self.staging, self.label_map, self.plan = staging, label_map, plan
     self.options = options
     self.template = template
 
   def expand(self, anns):
     written = (anns
                | "KeyByShard" >> beam.Map(
-                   lambda a, plans: ((a.split, plans[a.split].shard_of(a.key)), a), self.plans)
+                   lambda a, plan: (plan.route(a.split, a.key, a.uri), a), self.plan)
+               .with_output_types(Tuple[Tuple[str, int], ImageAnnotation])
                | "GroupByShard" >> beam.GroupByKey()
-               | "Write" >> beam.ParDo(_WriteShard(self.staging, self.options,
-                                                   self.template), self.label_map, self.plans).with_outputs(
+               | "Write" >> beam.ParDo(_WriteShard(self.staging, self.options, self.template),
+                                       self.label_map, self.plan).with_outputs(
                                            "errors", main="stats"))
     return written.stats, written.errors
 

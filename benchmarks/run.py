@@ -38,6 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import dataset as datasets  # noqa: E402  (benchmarks/ is not a package)
+import official_converter  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 SAMPLE_SECONDS = 0.05
@@ -48,8 +49,9 @@ MB = 1e6  # throughput and memory are reported in MB = 10^6 bytes
 class Variant:
   name: str
   label: str
-  kind: str                     # tool | naive
+  kind: str                     # tool | naive | official
   args: List[str]               # extra CLI args (tool) or the naive.py mode
+  repo: str = REPO              # tool: the source tree on PYTHONPATH (--tree compares versions)
 
   @property
   def slug(self) -> str:
@@ -69,7 +71,10 @@ BUILTIN = {
     "naive-nodecode": Variant("naive-nodecode", "(4) naive TF loop, no decode", "naive",
                               ["nodecode"]),
     "read": Variant("read", "(5) I/O floor: read each file", "naive", ["read"]),
+    "official": Variant("official", "(6) official/vision create_coco_tf_record, 1 process",
+                        "official", []),
 }
+DEFAULT_VARIANTS = ("tool", "beam-sink", "naive", "naive-nodecode", "read", "official")
 
 
 @dataclasses.dataclass
@@ -136,11 +141,11 @@ class TreeSampler(threading.Thread):
       self.stopped.wait(SAMPLE_SECONDS)
 
 
-def code_fingerprint() -> str:
+def code_fingerprint(repo: str = REPO) -> str:
   """Short hash of the library's sources: tells runs of different code apart (the library may
   be edited while a long benchmark runs)."""
   digest = hashlib.sha256()
-  package = os.path.join(REPO, "beam_tfrecord")
+  package = os.path.join(repo, "beam_tfrecord")
   for folder, dirs, files in sorted(os.walk(package)):
     dirs.sort()
     for name in sorted(f for f in files if f.endswith(".py")):
@@ -202,7 +207,13 @@ def inspect_output(directory: str) -> tuple[int, str]:
   return records, digest.hexdigest()
 
 
-def command(variant: Variant, data: datasets.Dataset, out: str) -> List[str]:
+def command(variant: Variant, data: datasets.Dataset, out: str,
+            cache_dir: str = datasets.DEFAULT_CACHE) -> List[str]:
+  if variant.kind == "official":
+    return [official_converter.venv_python(cache_dir), official_converter.__file__, "run",
+            f"--image_dir={data.images_dir}", f"--object_annotations_file={data.annotations}",
+            f"--output_file_prefix={os.path.join(out, 'train')}", "--num_shards=8",
+            "--num_processes=0"]
   if variant.kind == "tool":
     return [sys.executable, "-m", "beam_tfrecord.cli", "convert", "--format", "coco",
             "--input", f"train={data.annotations}", "--images", data.images_dir,
@@ -219,11 +230,11 @@ def run_once(variant: Variant, data: datasets.Dataset, work: str, logs: str, tag
   out = os.path.join(work, f"{variant.slug}-{data.count}")
   shutil.rmtree(out, ignore_errors=True)
   os.makedirs(out)
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join(
+      filter(None, [variant.repo, os.environ.get("PYTHONPATH")])))
   log = os.path.join(logs, f"{variant.slug}-{data.count}-{tag}.log")
-  code = code_fingerprint()
-  result = measure(command(variant, data, out), log, env, max_rss_mb)
+  code = code_fingerprint(variant.repo)
+  result = measure(command(variant, data, out, data.root), log, env, max_rss_mb)
   result.code = code
   if variant.args != ["read"] and result.ok:
     result.records, result.digest = inspect_output(out)
@@ -242,6 +253,7 @@ def summarize(runs: List[Run], data: datasets.Dataset) -> Dict[str, float]:
           "mb_per_s": data.total_bytes / MB / wall,
           "peak_rss_mb": statistics.median(r.peak_rss_mb for r in ok),
           "cpu_s": statistics.median(r.cpu_s for r in ok),
+          "cpu_ms_per_image": statistics.median(r.cpu_s for r in ok) * 1000 / data.count,
           "processes": max(r.processes for r in ok),
           "failed_runs": sum(not r.ok for r in runs)}
 
@@ -263,14 +275,15 @@ def print_table(variants: List[Variant], medians: Dict[str, Dict], base: str) ->
   ref = medians.get(base)
   width = max(len(v.label) for v in variants)
   header = (f"{'variant':<{width}} {'wall s':>7} {'img/s':>7} {'MB/s':>7} {'peak MB':>8} "
-            f"{'CPU s':>7} {'procs':>5}")
+            f"{'CPU s':>7} {'CPU ms/img':>10} {'procs':>5}")
   if ref:
     header += f"  {'(1) speed x':>11} {'(1) mem x':>9} {'(1) cpu x':>9}"
   print(header)
   for v in variants:
     m = medians[v.name]
     line = (f"{v.label:<{width}} {m['wall_s']:7.2f} {m['images_per_s']:7.1f} {m['mb_per_s']:7.1f} "
-            f"{m['peak_rss_mb']:8.0f} {m['cpu_s']:7.2f} {m['processes']:5d}")
+            f"{m['peak_rss_mb']:8.0f} {m['cpu_s']:7.2f} {m['cpu_ms_per_image']:10.3f} "
+            f"{m['processes']:5d}")
     if ref:
       line += (f"  {m['wall_s'] / ref['wall_s']:11.2f} {ref['peak_rss_mb'] / m['peak_rss_mb']:9.2f}"
                f" {ref['cpu_s'] / m['cpu_s']:9.2f}")
@@ -296,6 +309,11 @@ def identity_check(variants: List[Variant], runs: Dict[str, List[Run]]) -> Dict:
   result: Dict = {"variants": shard_variants, "by_code": by_code,
                   "identical": bool(by_code) and all(
                       len({d for ds in v.values() for d in ds}) == 1 for v in by_code.values())}
+  every = {d for v in by_code.values() for ds in v.values() for d in ds}
+  result["identical_across_versions"] = len(every) == 1
+  if len(by_code) > 1:
+    print(f"shard bytes identical across all {len(by_code)} code versions (--tree rows and "
+          f"edits): {'yes' if len(every) == 1 else 'NO'}")
   if shard_variants:
     note = (f" (library code changed during the benchmark: compared within each of "
             f"{len(by_code)} versions)" if len(by_code) > 1 else "")
@@ -325,9 +343,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser.add_argument("--images", type=int, default=2000, metavar="N",
                       help="dataset size N (default 2000; generated once, cached)")
   parser.add_argument("--repeats", type=int, default=3, help="runs per variant (default 3)")
-  parser.add_argument("--variants", default=",".join(BUILTIN), metavar="A,B,...",
+  parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), metavar="A,B,...",
                       help=f"which rows, comma-separated, from {', '.join(BUILTIN)} "
-                      "(default: all)")
+                      "(default: all). `official` needs the tf-models-official wheel (made "
+                      "into a benchmark-only venv on first use; skipped when unavailable)")
+  parser.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
+                      help="add a row: (1) run from another source tree (e.g. a `git archive` "
+                      "of an older commit), to compare versions in one sitting; its shard "
+                      "bytes are compared with the others'")
+  parser.add_argument("--smoke", action="store_true",
+                      help="CI mode: a tiny dataset in a temporary cache, one repeat of (1), "
+                      "(4) and the gs:// latency check; fails only if a run fails or the "
+                      "output differs, never on timing")
   parser.add_argument("--beam-args", action="append", default=[], metavar="ARGS",
                       help="add a row: variant (1) with these Beam options (one quoted string); "
                       "repeat for several. Shard bytes are compared across all (1) rows")
@@ -346,6 +373,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       help="keep each variant's output in CACHE/runs/ (default: deleted)")
   args = parser.parse_args(_attach_beam_args(sys.argv[1:] if argv is None else argv))
 
+  smoke_dir = None
+  if args.smoke:  # tiny, in a throw-away cache: proves the harness works, times nothing
+    import tempfile
+    smoke_dir = tempfile.mkdtemp(prefix="beam-tfrecord-bench-smoke-")
+    args.images, args.repeats, args.cache_dir = 24, 1, smoke_dir
+    args.variants = "tool,naive-nodecode"
+    args.output_json = args.output_json or os.path.join(smoke_dir, "results.json")
   names = [n.strip() for n in args.variants.split(",") if n.strip()]
   unknown = [n for n in names if n not in BUILTIN]
   if unknown:
@@ -353,14 +387,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   if args.repeats < 1 or args.images < 1:
     parser.error("--images and --repeats must be at least 1")
   variants = [BUILTIN[n] for n in names]
+  if any(v.kind == "official" for v in variants):
+    why = official_converter.setup(args.cache_dir)
+    if why:
+      print(f"skipping row (6), the official converter: {why}")
+      variants = [v for v in variants if v.kind != "official"]
   for extra in args.beam_args:
     variants.append(Variant(f"tool[{extra}]", f"(1) {extra}", "tool", shlex.split(extra)))
+  for tree in args.tree:
+    name, sep, path = tree.partition("=")
+    if not sep or not os.path.isdir(os.path.join(path, "beam_tfrecord")):
+      parser.error(f"--tree {tree!r}: expected NAME=DIR with DIR/beam_tfrecord")
+    variants.append(Variant(f"tool@{name}", f"(1) from {name}", "tool", [],
+                            os.path.abspath(path)))
   if args.scale:
     variants = [v for v in variants if v.shard_sink] or [BUILTIN["tool"]]
 
   stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
   output_json = args.output_json or os.path.join(RESULTS, f"{stamp}.json")
-  logs = os.path.join(RESULTS, f"{stamp}-logs")
+  logs = os.path.join(smoke_dir or RESULTS, f"{stamp}-logs")
   work = os.path.join(args.cache_dir, "runs")
   os.makedirs(logs, exist_ok=True)
   os.makedirs(work, exist_ok=True)
@@ -376,6 +421,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   except OSError:
     pass
 
+  all_failed: List[str] = []
   for count in sizes:
     data = datasets.ensure_dataset(count, args.cache_dir)
     print(f"\nN={count}: {data.total_bytes / MB:.1f} MB of JPEG "
@@ -397,6 +443,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     failed = [v.name for v in variants for r in runs[v.name] if not r.ok]
     if failed:
       print(f"FAILED runs: {', '.join(failed)} (logs in {logs})")
+    all_failed += failed
+    if not identity.get("identical_across_versions", True) or not identity.get("identical", True):
+      all_failed.append("shard bytes differ")
 
   if args.scale:
     report["scale"] = scale_rows(report)
@@ -405,7 +454,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   with open(output_json, "w") as f:
     json.dump(report, f, indent=2)
   print(f"\nresults: {output_json}\nlogs: {logs}")
-  return 0
+  if args.smoke:
+    import gcs_latency
+    if gcs_latency.main(["--images", "12", "--repeats", "1", "--latency-ms", "5",
+                         "--cache-dir", smoke_dir]):
+      all_failed.append("gs:// latency benchmark")
+    if not all_failed:
+      shutil.rmtree(smoke_dir, ignore_errors=True)
+    print(f"smoke: {'FAILED: ' + ', '.join(all_failed) if all_failed else 'ok'}")
+  return 1 if all_failed else 0
 
 
 def scale_rows(report: Dict) -> List[Dict]:

@@ -29,6 +29,9 @@ from run import _attach_beam_args  # noqa: E402
 # First match wins, tried from the innermost frame outwards: (substring of a frame, stage).
 USER_STAGES = (
     ("read_bytes (beam_tfrecord/encode.py", "write: read image bytes"),
+    ("fetch (beam_tfrecord/encode.py", "write: read image bytes + sha256 (read-ahead)"),
+    ("(beam_tfrecord/prefetch.py", "write: read-ahead bookkeeping"),
+    ("(beam_tfrecord/coders.py", "coders: records to and from tuples"),
     ("(beam_tfrecord/images.py", "write: sniff / header probe (Pillow)"),
     ("(beam_tfrecord/schemas/", "write: build + serialize Example (incl. sha256)"),
     ("(beam_tfrecord/boxes.py", "write: build + serialize Example (incl. sha256)"),
@@ -39,6 +42,8 @@ USER_STAGES = (
     ("join_image", "source: join images + objects, resolve paths"),
     ("_locate", "prepare: stat image files"),
     ("_first_of_duplicates", "prepare: de-duplicate"),
+    ("unique_files", "write: de-duplicate within the shard"),
+    ("_PlanFn", "plan shards (combine)"),
     ("plan_split", "plan shards"),
 )
 

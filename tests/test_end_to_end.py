@@ -12,11 +12,11 @@ from typing import Dict
 
 import pytest
 
-from beam_tfrecord import card, sharding
+from beam_tfrecord import card, sample, sharding
 
-from conftest import (BASE_FEATURES, VOC_FEATURES, Output, check_all_images, check_manifest,
-                      check_record, expected_for, read_output, record_counts, Record,
-                      run_cli, run_python, source_id_for, tensor_to_python)
+from conftest import (BASE_FEATURES, VOC_FEATURES, Dataset, Output, check_all_images,
+                      check_manifest, check_record, expected_for, read_output, record_counts,
+                      Record, run_cli, run_python, source_id_for, tensor_to_python)
 
 FORMATS = ("coco", "voc", "csv")
 
@@ -456,3 +456,32 @@ def test_missing_and_unsafe_images_become_error_records(small_dataset, tmp_path)
   assert sorted((e["reason"], e["key"]) for e in out.errors) == \
       sorted([("missing_image", missing.file_name), ("path_traversal", "../secret.jpg")])
   assert out.manifest["errors"]["count"] == len(out.errors)
+
+
+def test_merging_two_coco_datasets_whose_folders_use_the_same_file_names(tmp_path):
+  """Issue 8 item 5: images are identified by their resolved URI, not their file name. Two
+  COCO exports, each next to its own images folder with the same file names (and image ids),
+  merged into one split: every image of both is written once, and the run succeeds."""
+  parts = []
+  for name, seed in (("a", 1), ("b", 2)):
+    root = tmp_path / name
+    images = sample.make_images(str(root), 16, seed, splits=("train",))
+    ann = Path(sample.write_coco(str(root), images, "train"))
+    ann.rename(root / "images" / "instances.json")  # the image root defaults to its folder
+    parts.append(Dataset(root, images))
+  out = tmp_path / "out"
+  run_cli("convert", "--format=coco", f"--input={parts[0].image_dir / 'instances.json'}",
+          f"--input={parts[1].image_dir / 'instances.json'}", "--num-shards=3",
+          f"--output={out}", "--runner=FnApiRunner")
+  written = read_output(out)
+  assert written.manifest["status"] == "ok"
+  assert written.manifest["totals"]["examples"] == 32 and written.errors == []
+  records = {(r.values["image/filename"].decode(), r.values["image/encoded"]): r
+             for _, r in written.all_records()}
+  assert len(records) == 32 == len(written.all_records())
+  ids = dict(sample.COCO_IDS)
+  for ds in parts:
+    for im in ds.images:
+      record = records[(im.file_name, ds.data(im))]
+      check_record(record, expected_for(ds, im, str(im.image_id)), ids, voc=False)
+  assert record_counts(written, "train") == sharding.shard_lengths(32, 3)

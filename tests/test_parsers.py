@@ -1,6 +1,7 @@
 """Parsing unit tests per annotation format: COCO, Pascal VOC, TF OD CSV. No pipeline runs."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -177,8 +178,10 @@ def test_coco_parse_category_errors(record, reason):
 
 
 def _join(tmp_path, image_id, images, objects, categories):
+  """Objects as parse_annotation gives them, shipped as ReadCoco does: one chunk, plain boxes."""
   uri = str(tmp_path / "instances.json")
-  out = list(coco.join_image(((uri, image_id), {"image": images, "objects": objects}),
+  chunk = tuple((i, c, dataclasses.astuple(box), crowd, area) for i, c, box, crowd, area in objects)
+  out = list(coco.join_image(((uri, image_id), {"image": images, "objects": [chunk]}),
                              {(uri, k): v for k, v in categories.items()}, False))
   anns = [o for o in out if isinstance(o, ImageAnnotation)]
   errors = [o.value for o in out if not isinstance(o, ImageAnnotation)]

@@ -566,7 +566,7 @@ def test_progress_reaches_the_total(tmp_path, beam_args):
     source, _ = pipeline.read_source(p, config)
     images, _ = source.images | pipeline.PrepareImages(None)
     label_map = beam.pvalue.AsSingleton(p | pipeline.BuildLabelMap(source, None))
-    plans = beam.pvalue.AsDict(images | pipeline.PlanShards(2, None, staging))
+    plans = beam.pvalue.AsSingleton(images | pipeline.PlanShards(2, None, staging))
     _ = images | WriteShards(staging, label_map, plans, config.encode_options())
   done, total, planned_at = progress.snapshot(staging)
   assert (done, total) == (len(ds.images), len(ds.images))

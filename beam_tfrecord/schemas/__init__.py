@@ -18,6 +18,12 @@ and optionally:
   IMAGE_FORMAT                  the one image format its readers decode ('keep' turns into it)
 Anything done to every schema's output belongs in `Schema`, so that the sinks, the manifest
 and the reader need no change. Helpers shared by schema modules are in `base`.
+
+How a schema serializes is its own business: od_api writes the wire format directly from a
+precomputed protos.ExampleLayout (the hot path, byte-identical to protobuf's deterministic
+serialization, asserted in tests); the others build protobuf messages. A digest of the image
+computed by the shard writer's read-ahead arrives as PreparedImage.sha256_hex
+(image.sha256() falls back to hashing).
 """
 from __future__ import annotations
 
