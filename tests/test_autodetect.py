@@ -142,6 +142,29 @@ def test_roboflow_yolo_export_keeps_valid(tree, dataset, tmp_path, capsys):
                             lambda im: layouts.ROBOFLOW_SPLIT[im.split])
 
 
+def test_roboflow_csv_export_keeps_its_background_images(tree, dataset, tmp_path, capsys):
+  """Roboflow's CSV has rows only for images with boxes; the images beside it without a row
+  are background images, kept as the same export in the other formats keeps them."""
+  backgrounds = [im for im in dataset.images if not im.boxes]
+  assert backgrounds
+  run = convert(["--input", str(tree / "roboflow-csv"), "--output", str(tmp_path / "o")],
+                capsys)
+  assert run.code == 0 and "detected: csv (split folders" in run.stdout
+  ids = {n: i for i, n in enumerate(NAMES, start=1)}
+  layouts.check_od_examples(run, dataset.images, dataset.image_dir, ids,
+                            lambda im: layouts.ROBOFLOW_SPLIT[im.split])
+  assert run.errors == []
+  # a CSV whose images live elsewhere (--images) is not a Roboflow export: nothing is added
+  plain = tmp_path / "plain"
+  plain.mkdir()
+  shutil.copy(tree / "roboflow-csv" / "train" / "_annotations.csv", plain / "boxes.csv")
+  run = convert(["--input", str(plain / "boxes.csv"), "--images",
+                 str(tree / "roboflow-csv" / "train"), "--output", str(tmp_path / "p")], capsys)
+  assert run.code == 0
+  listed = {im.file_name for im in dataset.images if im.boxes and im.split == "train"}
+  assert {os.path.basename(e["filename"]) for e in run.examples} == listed
+
+
 def test_category_zero_in_use_needs_a_label_map(tmp_path, capsys):
   images = tmp_path / "export" / "train"
   coco = Coco(str(images), [(0, "cells"), (1, "rbc")])

@@ -10,6 +10,8 @@ GroupByKey.
 from __future__ import annotations
 
 import math
+import os
+import posixpath
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
@@ -181,6 +183,8 @@ class _ParseCsv(beam.DoFn):
             yield beam.pvalue.TaggedOutput("errors", e.record(f"{uri}:{line}", level="object"))
             continue
           yield (uri, row_split or split, image_root, filename), (line, width, height, obj)
+      for filename in unlisted_candidates(uri, image_root):
+        yield (uri, split, image_root, filename), (BESIDE, None, None, None)
     except InputError as e:
       yield beam.pvalue.TaggedOutput("errors", e.record(uri, level="file"))
     except OSError as e:
@@ -188,11 +192,34 @@ class _ParseCsv(beam.DoFn):
           source=uri, stage="read", reason="unreadable", message=str(e), level="file"))
 
 
+# Roboflow's CSV export has rows only for images with boxes; its background images sit beside
+# `_annotations.csv` with no row. They are kept as images without objects, as the same export
+# in COCO, VOC or YOLO form keeps them; "line" BESIDE marks them (after every real row).
+ROBOFLOW_CSV = "_annotations.csv"
+BESIDE = 1 << 62
+
+
+def unlisted_candidates(uri: str, image_root: str) -> Iterator[str]:
+  """Image files beside a Roboflow `_annotations.csv` whose images are in its own folder:
+  every one is a candidate; group_image keeps those that no row names as backgrounds."""
+  from beam_tfrecord.sources import image_extensions, list_dir, parent
+  if posixpath.basename(uri.replace("\\", "/")) != ROBOFLOW_CSV:
+    return
+  same = (parent(uri).rstrip("/") == image_root.rstrip("/") if paths.is_remote(uri) else
+          os.path.normpath(parent(uri)) == os.path.normpath(image_root))
+  if not same:
+    return
+  extensions = image_extensions()
+  for name in list_dir(image_root)[1]:
+    if not name.startswith(".") and "." + name.rsplit(".", 1)[-1].lower() in extensions:
+      yield name
+
+
 def group_image(element, allow_absolute: bool, follow_symlinks: bool = False):
   """Rows of one image -> ImageAnnotation (objects in file order) or an error."""
   (uri, split, image_root, filename), rows = element
   rows = sorted(rows, key=lambda r: r[0])
-  source = f"{uri}:{rows[0][0]}"
+  source = uri if rows[0][0] == BESIDE else f"{uri}:{rows[0][0]}"
   try:
     key, image_uri = paths.resolve(image_root, filename, allow_absolute, follow_symlinks)
   except InputError as e:
