@@ -33,6 +33,18 @@ class Encoded:
 Records = Encoded  # the name the schema modules use
 
 
+def one_class(ann: ImageAnnotation, schema: str) -> str:
+  """The image's one class for a per-image label schema: its image-level label (class
+  folders, listings), else the class all its objects share. InputError (the image is
+  rejected) with several classes or none."""
+  names = sorted(set(ann.labels)) or sorted({obj.label for obj in ann.objects})
+  if len(names) != 1:
+    raise InputError("validate", "not_one_class",
+                     f"the {schema} schema needs one class per image; the image has "
+                     f"{names or 'none'}")
+  return names[0]
+
+
 def valid_objects(ann: ImageAnnotation, width: int, height: int, label_map: Mapping[str, int],
                   bbox_policy: str) -> Tuple[List[Tuple[boxes.NormalizedObject, int]],
                                              List[ErrorRecord]]:

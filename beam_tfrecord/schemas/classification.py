@@ -26,13 +26,7 @@ FEATURE_SPEC: Dict[str, Tuple[str, str]] = {
 
 
 def image_class(ann: ImageAnnotation) -> str:
-  """The image's one class: its image-level label, else the class all its objects share."""
-  names = sorted(set(ann.labels)) or sorted({o.label for o in ann.objects})
-  if len(names) != 1:
-    raise InputError("validate", "not_one_class",
-                     f"a classification record needs exactly one class; the image has "
-                     f"{names or 'none'}")
-  return names[0]
+  return base.one_class(ann, NAME)
 
 
 def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, int],

@@ -32,14 +32,7 @@ def planned_records(ann: ImageAnnotation) -> int:
 
 
 def image_label(ann: ImageAnnotation) -> str:
-  """The one class of an image: its image-level label (class folders, listings), else the
-  class all its objects share; InputError otherwise."""
-  names = sorted(set(ann.labels)) or sorted({obj.label for obj in ann.objects})
-  if len(names) != 1:
-    raise InputError("validate", "not_one_class",
-                     f"the {NAME} schema needs one class per image, the annotation names "
-                     f"{names or 'none'}")
-  return names[0]
+  return base.one_class(ann, NAME)
 
 
 def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, int],
