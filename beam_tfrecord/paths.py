@@ -1,11 +1,9 @@
 """Resolve file names from annotation files safely inside an image root."""
 from __future__ import annotations
 
-import functools
 import os
 import posixpath
 import re
-import stat
 from typing import Optional
 
 from beam_tfrecord.model import InputError
@@ -61,8 +59,8 @@ def resolve(root: str, name: str, allow_absolute: bool = False,
   key = clean_name(name)
   uri = join(root, key)
   if not is_remote(root):
-    real_root = _real_root(root)
-    real = _real_inside(real_root, key)
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(uri)
     if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
       if not follow_symlinks:
         raise InputError("locate", "symlink_escape",
@@ -74,27 +72,6 @@ def resolve(root: str, name: str, allow_absolute: bool = False,
   return key, uri
 
 
-@functools.lru_cache(maxsize=256)
-def _real_root(root: str) -> str:
-  """os.path.realpath of an image root, once per root: it is the same for every image."""
-  return os.path.realpath(root)
-
-
-def _real_inside(real_root: str, key: str) -> str:
-  """os.path.realpath(join(real_root, key)) for a clean relative key, with one lstat per
-  component of the key instead of one per component of the whole path (the root is already
-  resolved). Any symlink, or a component that cannot be looked at, takes the full resolution."""
-  path = real_root
-  for part in key.split("/"):
-    path = os.path.join(path, part)
-    try:
-      if stat.S_ISLNK(os.lstat(path).st_mode):
-        return os.path.realpath(os.path.join(real_root, key))
-    except OSError:
-      return os.path.realpath(os.path.join(real_root, key))
-  return path
-
-
 def file_size(uri: str) -> int:
   """Size of an existing file; InputError('locate', 'missing_image') when absent."""
   if not is_remote(uri):
@@ -102,7 +79,7 @@ def file_size(uri: str) -> int:
       st = os.stat(uri)
     except OSError as e:
       raise InputError("locate", "missing_image", f"{uri}: {e.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
+    if not os.path.isfile(uri):
       raise InputError("locate", "missing_image", f"{uri} is not a file")
     return st.st_size
   from apache_beam.io.filesystems import FileSystems

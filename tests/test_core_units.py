@@ -232,32 +232,6 @@ def test_resolve_allows_symlinks_inside_root_and_a_symlinked_root(tmp_path):
   assert paths.resolve(str(tmp_path / "rootlink"), "a/x.jpg")[0] == "a/x.jpg"
 
 
-def test_real_inside_equals_realpath(tmp_path):
-  """resolve() resolves the root once and then looks only at the key's components; for every
-  kind of key the answer must be os.path.realpath's."""
-  real = tmp_path / "real"
-  (real / "a" / "b").mkdir(parents=True)
-  (real / "a" / "b" / "x.jpg").write_bytes(b"x")
-  (tmp_path / "out").mkdir()
-  (tmp_path / "out" / "y.jpg").write_bytes(b"y")
-  os.symlink(real / "a", real / "adir")
-  os.symlink(tmp_path / "out", real / "a" / "away")
-  os.symlink(tmp_path / "out" / "y.jpg", real / "a" / "b" / "ylink.jpg")
-  os.symlink(real, tmp_path / "rootlink")
-  root = paths._real_root(str(tmp_path / "rootlink"))
-  for key in ("a/b/x.jpg", "adir/b/x.jpg", "a/away/y.jpg", "a/b/ylink.jpg", "a/missing.jpg",
-              "nothere/x.jpg", "a", "."):
-    assert paths._real_inside(root, key) in (
-        os.path.realpath(os.path.join(root, key)), os.path.join(root, key)), key
-    assert os.path.realpath(paths._real_inside(root, key)) == \
-        os.path.realpath(os.path.join(root, key)), key
-  with pytest.raises(InputError):
-    paths.resolve(str(tmp_path / "rootlink"), "a/away/y.jpg")
-  with pytest.raises(InputError):
-    paths.resolve(str(tmp_path / "rootlink"), "a/b/ylink.jpg")
-  assert paths.resolve(str(tmp_path / "rootlink"), "adir/b/x.jpg")[0] == "adir/b/x.jpg"
-
-
 def test_resolve_allow_absolute(tmp_path):
   assert paths.resolve(str(tmp_path), "gs://b/x.jpg", allow_absolute=True) == \
       ("gs://b/x.jpg", "gs://b/x.jpg")
