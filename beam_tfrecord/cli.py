@@ -607,7 +607,6 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     return run_convert(config, beam_args, argv, break_lock=args.break_lock)
   if args.command == "demo":
     return _demo(args, beam_args)
-  from beam_tfrecord import output as outputs
   from beam_tfrecord import verify
   if args.command == "inspect":
     from beam_tfrecord import stats

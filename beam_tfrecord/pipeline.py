@@ -13,22 +13,19 @@ from apache_beam.metrics import Metrics
 
 import beam_tfrecord
 from beam_tfrecord import label_map as label_maps
-from beam_tfrecord import card
 from beam_tfrecord import images as imaging
 from beam_tfrecord import lock as locks
 from beam_tfrecord import output as outputs
-from beam_tfrecord import coders, paths, progress, schemas, sharding
+from beam_tfrecord import card, coders, paths, progress, schemas, sharding
 from beam_tfrecord.boxes import BBOX_POLICIES
-from beam_tfrecord import encode
-from beam_tfrecord.encode import EncodeOptions
-from beam_tfrecord.images import DEFAULT_MAX_PIXELS
-from beam_tfrecord.encode import DEFAULT_MAX_IMAGE_BYTES
-from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
+from beam_tfrecord.encode import DEFAULT_MAX_IMAGE_BYTES, EncodeOptions
 from beam_tfrecord.errors import UsageError
+from beam_tfrecord.images import DEFAULT_MAX_PIXELS
+from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.orientation import EXIF_FRAMES
 from beam_tfrecord.sink import (WriteShards, WriteWithBeamSink, merge_stats, new_stats,
                                 pick_one)
-from beam_tfrecord.sources import SourceOutput, coco, folders, yolo
+from beam_tfrecord.sources import SourceOutput, yolo
 from beam_tfrecord.sources import csv as csv_source
 from beam_tfrecord.sources.coco import ReadCoco
 from beam_tfrecord.sources.csv import ReadCsv, parse_column_map

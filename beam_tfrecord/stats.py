@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 import pandas as pd
 

@@ -9,13 +9,13 @@ test). Hidden files and files Pillow has no format for are skipped and reported 
 from __future__ import annotations
 
 import posixpath
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
 from beam_tfrecord import paths
 from beam_tfrecord.errors import UsageError
-from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
+from beam_tfrecord.model import ImageAnnotation, InputError
 from beam_tfrecord.sources import (SourceOutput, image_extensions, is_hidden, list_dir,
                                    list_tree)
 

@@ -19,7 +19,7 @@ import logging
 import os
 import posixpath
 import re
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
