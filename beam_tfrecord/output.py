@@ -25,6 +25,7 @@ from beam_tfrecord.errors import UsageError
 
 MANIFEST = "manifest.json"
 LABEL_MAP = "label_map.pbtxt"
+LABELS_TXT = "labels.txt"   # schemas numbering classes from 0: line i is the name of id i
 OWN_PREFIX = ".beam-tfrecord-"           # every name of ours that is not an output file
 RUN_PREFIX = OWN_PREFIX + "run-"         # a run's directory: staging, then its failure report
 JOURNAL = OWN_PREFIX + "swap.json"       # present only while a commit is replacing files

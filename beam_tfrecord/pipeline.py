@@ -46,7 +46,7 @@ LABEL_MAP = outputs.LABEL_MAP
 # What a finished run's manifest says ("outcome") and the exit code the CLI gives it.
 OUTCOMES = {"ok": 0, "lost_records": 1, "lock_lost": 1, "no_images": 2, "error_rate": 3,
             "empty": 4}
-LABELS_TXT = "labels.txt"   # schemas numbering classes from 0: line i is the name of id i
+LABELS_TXT = outputs.LABELS_TXT
 
 
 @dataclasses.dataclass

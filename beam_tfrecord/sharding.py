@@ -9,6 +9,7 @@ import re
 import string
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from beam_tfrecord import card, output
 from beam_tfrecord.errors import UsageError
 
 DEFAULT_SHARD_SIZE_MB = 150.0
@@ -245,9 +246,9 @@ def check_template(template: str, splits: Optional[Set[str]], num_shards: Option
                      "give shards of the same name")
 
 
-# Names the run directory holds besides shards (pipeline.MANIFEST, LABEL_MAP, LABELS_TXT and
-# the error report): a shard may not take one of them.
-RESERVED_NAMES = ("manifest.json", "label_map.pbtxt", "labels.txt")
+# Names the run directory holds besides shards (and the error report): a shard may not take
+# one of them, since finalize writes them after the shards and would replace it.
+RESERVED_NAMES = (output.MANIFEST, output.LABEL_MAP, output.LABELS_TXT, card.NAME)
 _ERROR_FILE = re.compile(r"^errors-\d{5}-of-\d{5}\.jsonl$")
 MAX_ENUMERATED_SHARDS = 256  # check_names enumerates names up to this many shards per split
 
@@ -261,9 +262,8 @@ def check_names(template: str, splits: Optional[Set[str]], num_shards: Optional[
   template has no {count}: UsageError when two shards could get one name (a split gets at
   most --num-shards shards, fewer when it has fewer images) or a shard a reserved name.
   Otherwise the plan step checks the real names before anything is written (shard_names)."""
-  if not splits or not num_shards or "count" in template_fields(template):
-    return
-  if num_shards > MAX_ENUMERATED_SHARDS:
+  fields = template_fields(template)
+  if not splits or not num_shards or "count" in fields or num_shards > MAX_ENUMERATED_SHARDS:
     return
   owners: Dict[str, str] = {}
   for split in sorted(splits):
@@ -274,7 +274,7 @@ def check_names(template: str, splits: Optional[Set[str]], num_shards: Optional[
         raise UsageError(f"--shard-name-template {template!r} gives two shards of split "
                          f"{split!r} the same name with {n} shards")
       mine.update(names)
-      if "num_shards" not in template_fields(template):
+      if "num_shards" not in fields:
         mine = set(format_shard_name(template, split, i, num_shards, 0)
                    for i in range(num_shards))
         break

@@ -179,6 +179,18 @@ def test_check_names_enumerates_known_splits_and_shard_counts():
   sharding.check_names("{split}{index}-{count}.rec", {"a", "a1"}, 11)  # {count}: the plan step
 
 
+def test_a_shard_may_not_take_the_name_of_the_card(dataset, tmp_path, capsys):
+  """README.md is the dataset card, written after the shards: a shard named so would be
+  replaced by it (exit 0, data gone). Refused before anything is written."""
+  output = tmp_path / "out"
+  run = bd.convert(["--format=coco", f"--input={dataset.coco_file('train')}",
+                    f"--images={dataset.image_dir}", "--output", str(output), "--num-shards=1",
+                    "--shard-name-template=README.md"], capsys)
+  assert run.code == 2 and "'README.md'" in run.stderr and "own" in run.stderr
+  assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+  assert not output.exists()
+
+
 def test_known_clash_is_exit_2_before_anything_is_written(dataset, tmp_path, capsys):
   """'{split}{index}' passes the template rules, but with splits 'a' and 'a1' known and up to
   11 shards each, 'a10' can name two shards: refused when the pipeline is built."""
