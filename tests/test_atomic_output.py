@@ -16,15 +16,22 @@ IMAGES = 8
 SHARD_NAME = re.compile(r"^[A-Za-z0-9_.-]+-\d{5}-of-\d{5}\.tfrecord$")
 
 
-def make_dataset(root: str) -> dict:
+def make_coco(root: str, count: int, tag: str, missing: bool = False) -> dict:
+  """`count` JPEGs TAG_NN.jpg with one box each (cat, dog alternating) in ROOT/images and
+  ROOT/TAG.json; with `missing`, one more image whose file does not exist."""
   images = os.path.join(root, "images")
   coco = bd.Coco(images, [(1, "cat"), (2, "dog")])
-  for i in range(IMAGES):
-    coco.image(i + 1, f"img_{i:02d}.jpg", bd.jpeg((64 + i, 48), color=(20 * i, 100, 200)),
+  for i in range(count):
+    coco.image(i + 1, f"{tag}_{i:02d}.jpg", bd.jpeg((64 + i, 48), color=(20 * i, 90, 200)),
                64 + i, 48)
     coco.ann(i + 1, 1 + i % 2, [4, 4, 20, 16])
-  coco.image(99, "missing.jpg", None, 64, 48)  # one error, so errors-*.jsonl is not empty
-  return {"json": coco.write(os.path.join(root, "instances.json")), "images": images}
+  if missing:
+    coco.image(99, "missing.jpg", None, 64, 48)
+  return {"json": coco.write(os.path.join(root, f"{tag}.json")), "images": images}
+
+
+def make_dataset(root: str) -> dict:
+  return make_coco(root, IMAGES, "img", missing=True)  # one error: errors-*.jsonl not empty
 
 
 def args(ds: dict, output: str, *extra: str) -> list:

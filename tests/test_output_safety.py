@@ -19,21 +19,10 @@ import pytest
 import bad_data as bd
 from conftest import subprocess_env
 from test_atomic_output import listing as tree  # {relative path: bytes, dirs: None}
+from test_atomic_output import make_coco
 from beam_tfrecord import cli, lock, output as outputs
 
 IMAGES_A, IMAGES_B = 8, 5
-
-
-def make_coco(root: str, count: int, tag: str, missing: bool = False) -> dict:
-  images = os.path.join(root, "images")
-  coco = bd.Coco(images, [(1, "cat"), (2, "dog")])
-  for i in range(count):
-    coco.image(i + 1, f"{tag}_{i:02d}.jpg", bd.jpeg((64 + i, 48), color=(20 * i, 90, 200)),
-               64 + i, 48)
-    coco.ann(i + 1, 1 + i % 2, [4, 4, 20, 16])
-  if missing:
-    coco.image(99, "missing.jpg", None, 64, 48)
-  return {"json": coco.write(os.path.join(root, f"{tag}.json")), "images": images}
 
 
 def args(ds: dict, output: str, *extra: str) -> list:
