@@ -178,9 +178,11 @@ def test_coco_parse_category_errors(record, reason):
 
 
 def _join(tmp_path, image_id, images, objects, categories):
-  """Objects as parse_annotation gives them, shipped as ReadCoco does: one chunk, plain boxes."""
+  """Objects as parse_annotation gives them, shipped as ReadCoco does: one chunk, plain boxes,
+  no annotation id or segmentation (annotation_extras)."""
   uri = str(tmp_path / "instances.json")
-  chunk = tuple((i, c, dataclasses.astuple(box), crowd, area) for i, c, box, crowd, area in objects)
+  chunk = tuple((i, c, dataclasses.astuple(box), crowd, area, None, None)
+                for i, c, box, crowd, area in objects)
   out = list(coco.join_image(((uri, image_id), {"image": images, "objects": [chunk]}),
                              {(uri, k): v for k, v in categories.items()}, False))
   anns = [o for o in out if isinstance(o, ImageAnnotation)]

@@ -189,7 +189,6 @@ def check_input(uri: str) -> None:
   error or a NaN is left to the pipeline, which reports what it could not read per file."""
   import ijson
   from apache_beam.io.filesystems import FileSystems
-  from beam_tfrecord.errors import UsageError
   from beam_tfrecord.preflight import check_file, head, sniff_text
   check_file(uri, "--input")
   kind = sniff_text(head(uri))
@@ -220,8 +219,9 @@ class _ParseSection(beam.DoFn):
   """(split, json_uri, image_root, section) -> tagged small records.
 
   images: ((uri, image_id), (split, image_root, file_name, width, height));
-  objects: ((uri, image_id), ((index, category_id, (x0, y0, x1, y1), is_crowd, area, id, segmentation), ...)),
-  several per image only when the buffer was flushed between its annotations;
+  objects: ((uri, image_id), ((index, category_id, (x0, y0, x1, y1), is_crowd, area, id,
+  segmentation), ...)), several per image only when the buffer was flushed between its
+  annotations (id and segmentation from annotation_extras);
   categories: ((uri, category_id), name).
   """
 
@@ -339,8 +339,8 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
     yield beam.pvalue.TaggedOutput("errors", e.record(source, file_name))
     return
   objs: List[ObjectAnnotation] = []
-  for _, category_id, box, is_crowd, area, *extras in sorted(objects, key=lambda o: o[0]):
-    ann_id, segmentation = (*extras, None, None)[:2]  # (annotation_extras)
+  for _, category_id, box, is_crowd, area, ann_id, segmentation in sorted(objects,
+                                                                         key=lambda o: o[0]):
     name = categories.get((uri, category_id))
     if name is None:
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
