@@ -161,6 +161,11 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   parser.add_argument("--max-image-bytes", type=int, default=DEFAULT_MAX_IMAGE_BYTES,
                       metavar="N", help="reject image files larger than N bytes (checked with a "
                       f"stat, before reading). Default {DEFAULT_MAX_IMAGE_BYTES} (256 MB)")
+  parser.add_argument("--writer-processes", type=int, default=0, metavar="N",
+                      help="processes that write shards (each shard by one, so the output "
+                      "bytes do not depend on N). Default 0: one per core when Beam runs in "
+                      "this process (the default local runner), else 1 (distributed runners "
+                      "and Beam's multi-worker modes spread shards over their own workers)")
   parser.add_argument("--image-sets", metavar="SET,...",
                       help="voc only: the ImageSets/Main lists to use as splits, e.g. "
                       "train,val,test. Default: every list; a union list (trainval) is not a "
@@ -495,7 +500,7 @@ def _config(args: argparse.Namespace) -> ConvertConfig:
       include_masks=args.include_masks, max_side=args.max_side, resize=args.resize,
       image_format=args.image_format, jpeg_quality=args.jpeg_quality,
       records_per_shard=args.records_per_shard, shard_name_template=args.shard_name_template,
-      feature_names=args.feature_names)
+      feature_names=args.feature_names, writer_processes=args.writer_processes)
 
 
 def _demo(args, beam_args: Sequence[str]) -> int:

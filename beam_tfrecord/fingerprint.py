@@ -24,7 +24,7 @@ Entry = Tuple[str, int, float]
 
 # ConvertConfig fields that do not change what a conversion writes: left out of the fingerprint
 # (every other field, present or added later, is in it).
-NOT_SETTINGS = ("output", "overwrite", "source_fingerprint")
+NOT_SETTINGS = ("output", "overwrite", "source_fingerprint", "writer_processes")
 VERSION = 1
 
 

@@ -23,8 +23,8 @@ from beam_tfrecord.errors import UsageError
 from beam_tfrecord.images import DEFAULT_MAX_PIXELS
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.orientation import EXIF_FRAMES
-from beam_tfrecord.sink import (WriteShards, WriteWithBeamSink, merge_stats, new_stats,
-                                pick_one)
+from beam_tfrecord.shard_writer import merge_stats, new_stats, pick_one
+from beam_tfrecord.sink import WriteShards, WriteWithBeamSink
 from beam_tfrecord.sources import SourceOutput, yolo
 from beam_tfrecord.sources import csv as csv_source
 from beam_tfrecord.sources.coco import ReadCoco
@@ -82,6 +82,7 @@ class ConvertConfig:
   records_per_shard: Optional[int] = None
   feature_names: Optional[str] = None     # 'OLD=NEW,...'
   shard_name_template: str = sharding.DEFAULT_SHARD_NAME_TEMPLATE
+  writer_processes: int = 0               # 0: one per core on the in-process local runner
 
   def schema_option(self) -> str:
     return self.schema or schemas.DEFAULT
@@ -165,6 +166,8 @@ class ConvertConfig:
       raise ValueError(f"--image-format must be one of {', '.join(imaging.IMAGE_FORMATS)}")
     if not 1 <= self.jpeg_quality <= 100:
       raise ValueError("--jpeg-quality must be within 1..100")
+    if self.writer_processes < 0:
+      raise ValueError("--writer-processes must be 0 (automatic) or more")
 
   def check_resolved(self) -> None:
     """The checks that need the format and the schema decided (see resolve): UsageError."""
@@ -650,6 +653,26 @@ def _count_keys(error: ErrorRecord) -> List[str]:
   return [error.reason, f"level:{error.level}"]
 
 
+# Runners that run the whole pipeline in this process, one stage at a time (the CLI's
+# default, and what the DirectRunner falls back to offline).
+IN_PROCESS_RUNNERS = ("FnApiRunner", "DirectRunner", "SwitchingDirectRunner")
+
+
+def writer_processes(root, config: ConvertConfig) -> Tuple[int, int]:
+  """(processes that write shards, fewest images per process): --writer-processes N is used
+  as given; by default one per core on the in-process local runner in its in_memory mode (it
+  writes the shards on one thread) when the run is big enough to pay for starting them, else 1:
+  distributed runners and Beam's multi-worker modes spread shards over their own workers."""
+  if config.writer_processes:
+    return config.writer_processes, 0
+  from apache_beam.options.pipeline_options import DirectOptions
+  from beam_tfrecord.shard_writer import MIN_IMAGES_PER_PROCESS, local_processes
+  mode = root.options.view_as(DirectOptions).direct_running_mode
+  if type(root.runner).__name__ in IN_PROCESS_RUNNERS and mode == "in_memory":
+    return local_processes(), MIN_IMAGES_PER_PROCESS
+  return 1, 0
+
+
 def build(root, config: ConvertConfig, argv: Sequence[str] = (),
           run_id: Optional[str] = None) -> beam.PCollection:
   """Wire the whole conversion onto `root` (a Pipeline). Returns the manifest PCollection.
@@ -678,7 +701,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
 
   if config.sink == "shards":
     stats, write_errors = images | "WriteShards" >> WriteShards(
-        staging, label_map, plan, options, template)
+        staging, label_map, plan, options, template, *writer_processes(root, config))
     beam_files = root | "NoBeamFiles" >> beam.Create([])
   else:
     splits = list(fractions) if fractions else (source_splits or [DEFAULT_SPLIT])

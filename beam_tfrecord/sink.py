@@ -9,147 +9,94 @@ the same bytes under the same name, so retries leave neither duplicates nor gaps
 """
 from __future__ import annotations
 
-import uuid
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Iterable, Optional, Tuple
 
 import apache_beam as beam
-from apache_beam.io.tfrecordio import _TFRecordUtil  # TFRecord framing with CRC32C
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_tfrecord import paths, progress, sharding
-from beam_tfrecord.encode import Converted, EncodeOptions, convert, fetch
-from beam_tfrecord.model import ErrorRecord, ImageAnnotation
+from beam_tfrecord import paths, sharding
+from beam_tfrecord.encode import EncodeOptions, convert
+from beam_tfrecord.model import ImageAnnotation
 from beam_tfrecord.output import kill_point
-from beam_tfrecord.prefetch import prefetch
+from beam_tfrecord.shard_writer import (ShardResult, ShardTask, WriterPool, add_example,
+                                        new_stats, processes_for, write_shard)
 from beam_tfrecord.sharding import ShardPlan
-
-# Read-ahead of the shard writer (beam_tfrecord.prefetch): threads, and a cap on the bytes
-# fetched but not yet written.
-REMOTE_READ_AHEAD = 16
-LOCAL_READ_AHEAD = 2
-READ_AHEAD_BYTES = 64 * 1024 * 1024
-
-# images: images written (a schema may write several records, `examples`, per image, or none);
-# rejected: images of this shard/split turned down while writing. images + rejected must add
-# up to the planned count (the finalize step checks, so a runner that loses records fails).
-STAT_COUNTS = ("examples", "objects", "bytes", "clipped", "reoriented", "rejected", "images")
-
-
-def new_stats(split: str, shard: Optional[int], path: str) -> Dict:
-  stats = {"split": split, "shard": shard, "path": path, "classes": {}}
-  stats.update({k: 0 for k in STAT_COUNTS})
-  return stats
-
-
-def add_example(stats: Dict, result: Converted) -> None:
-  stats["images"] += 1
-  stats["examples"] += len(result.records)
-  stats["objects"] += len(result.labels)
-  stats["clipped"] += result.clipped
-  stats["reoriented"] += int(result.reoriented)
-  for label in result.labels:
-    stats["classes"][label] = stats["classes"].get(label, 0) + 1
-
-
-def merge_stats(items: Iterable[Dict]) -> Dict:
-  """Associative merge of stats dicts of one (split, shard); usable as a CombineFn."""
-  items = list(items)
-  merged = dict(items[0], classes={})
-  for key in STAT_COUNTS:
-    merged[key] = sum(i[key] for i in items)
-  for item in items:
-    for name, n in item["classes"].items():
-      merged["classes"][name] = merged["classes"].get(name, 0) + n
-  merged["classes"] = dict(sorted(merged["classes"].items()))
-  return merged
-
-
-def pick_one(uri: str, anns: Iterable[ImageAnnotation]
-             ) -> Tuple[ImageAnnotation, List[ErrorRecord]]:
-  """One example per image file: of several annotations of `uri`, the smallest by (source,
-  source id, split, key) is used and the others are reported."""
-  anns = sorted(anns, key=lambda a: (a.source, a.source_id, a.split or "", a.key))
-  return anns[0], [ErrorRecord(
-      source=dup.source, stage="parse", reason="duplicate_image", key=dup.key, level="warning",
-      message=f"{uri} is annotated again (source id {dup.source_id!r}); the annotation "
-      f"from {anns[0].source} (source id {anns[0].source_id!r}) is used") for dup in anns[1:]]
-
-
-def unique_files(anns: Iterable[ImageAnnotation], errors: List[ErrorRecord]
-                 ) -> List[ImageAnnotation]:
-  """One annotation per file, in (key, uri) order; the others go to `errors`. The plan routes
-  every annotation of a file to the shard of the one that wins (ShardPlan.route)."""
-  by_uri: Dict[str, List[ImageAnnotation]] = {}
-  for ann in anns:
-    by_uri.setdefault(ann.uri, []).append(ann)
-  kept = []
-  for uri, group in by_uri.items():
-    if len(group) == 1:
-      kept.append(group[0])
-    else:
-      winner, dups = pick_one(uri, group)
-      kept.append(winner)
-      errors.extend(dups)
-  return sorted(kept, key=lambda a: (a.key, a.uri))
-
-
-def read_ahead_workers(uri: str) -> int:
-  """Threads reading a shard's images ahead: object stores wait on round trips, local files
-  on little (measured in benchmarks/README.md)."""
-  return REMOTE_READ_AHEAD if paths.is_remote(uri) else LOCAL_READ_AHEAD
 
 
 class _WriteShard(beam.DoFn):
-  """((split, shard), [ImageAnnotation]) -> shard stats; errors to the 'errors' output."""
+  """((split, shard), [ImageAnnotation]) -> shard stats; errors to the 'errors' output.
+
+  With processes > 1 (the in-process local runner, which runs this stage on one thread), the
+  shards of a bundle are written by a shard_writer.WriterPool and emitted when the bundle
+  finishes, in the order they came; otherwise each is written here. With min_images, fewer
+  processes are used for a small plan (shard_writer.processes_for)."""
 
   def __init__(self, staging: str, options: EncodeOptions,
-               template: str = sharding.DEFAULT_SHARD_NAME_TEMPLATE):
+               template: str = sharding.DEFAULT_SHARD_NAME_TEMPLATE, processes: int = 1,
+               min_images: int = 0):
     self.staging = staging
     self.options = options
     self.template = template
+    self.processes, self.min_images = processes, min_images
     self.images = Metrics.counter("beam_tfrecord", "images_written")
     self.rejected = Metrics.counter("beam_tfrecord", "images_rejected")
 
-  def process(self, element, label_map: Mapping[str, int], plan: ShardPlan):
-    from apache_beam.io.filesystems import FileSystems
+  def setup(self):
+    self._pool = None
+
+  def start_bundle(self):
+    self._pending, self._decided = [], False
+
+  def process(self, element, label_map, plan: ShardPlan):
     (split, shard), anns = element
-    name = sharding.shard_name(split, shard, plan.splits[split].num_shards)
-    final = paths.join(self.staging, name)
-    partial = paths.join(self.staging, f".part-{uuid.uuid4().hex}-{name}")
-    stats = new_stats(split, shard, name)
-    errors: List[ErrorRecord] = []
-    done = progress.ShardCounter(self.staging, name)
-    anns = unique_files(anns, errors)
-    workers = read_ahead_workers(anns[0].uri) if anns else 0
-    limit = self.options.max_image_bytes  # larger files are rejected from a stat, unread
-    ahead = prefetch(anns, lambda a: fetch(a.uri, limit),
-                     lambda a: min(a.size_bytes or 0, limit), workers, READ_AHEAD_BYTES)
-    with FileSystems.create(partial) as f:
-      for ann, fetched in ahead:
-        result = convert(ann, label_map, self.options, fetched)
-        done.tick()
-        errors.extend(result.errors)
-        if result.records is None:
-          self.rejected.inc()
-          stats["rejected"] += 1
-          continue
-        for record in result.records:  # one image's records stay together, in order
-          _TFRecordUtil.write_record(f, record)
-        self.images.inc()
-        add_example(stats, result)
-    FileSystems.rename([partial], [final])
-    done.close()
+    task = ShardTask(self.staging, split, shard, plan.splits[split].num_shards, list(anns),
+                     dict(label_map), self.options, self.template)
+    if not self._decided:  # once per bundle, from the whole plan
+      self._decided = True
+      local = not paths.is_remote(self.staging) and not any(
+          paths.is_remote(a.uri) for a in task.anns[:1])
+      processes = processes_for(
+          self.processes, sum(p.count for p in plan.splits.values()),
+          sum(p.num_shards for p in plan.splits.values()), self.min_images) if local else 1
+      self._pool = WriterPool(processes) if processes > 1 else None
+    if self._pool is None:
+      yield from self._outputs(write_shard(task))
+    else:
+      self._pending.append(self._pool.submit(task))
+
+  def finish_bundle(self):
+    pending, self._pending = self._pending, []
+    try:
+      for done, future in enumerate(pending):
+        try:
+          result = future.result()
+        except BaseException:
+          for rest in pending[done + 1:]:  # the bundle fails: write nothing more
+            rest.cancel()
+          raise
+        for value in self._outputs(result):
+          if isinstance(value, beam.pvalue.TaggedOutput):
+            yield beam.pvalue.TaggedOutput(value.tag, WindowedValue(
+                value.value, MIN_TIMESTAMP, [GlobalWindow()]))
+          else:
+            yield WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
+    finally:
+      self.teardown()
+
+  def teardown(self):
+    pool, self._pool = getattr(self, "_pool", None), None
+    if pool is not None:
+      pool.shutdown()
+
+  def _outputs(self, result: ShardResult):
+    self.images.inc(result.stats["images"])
+    self.rejected.inc(result.stats["rejected"])
     kill_point("write")
-    stats["bytes"] = paths.size_of(final)
-    # The file's final name (--shard-name-template; {count} is known only now). It keeps its
-    # unique staging name until the finalize step moves it there.
-    named = sharding.format_shard_name(self.template, split, shard, plan.splits[split].num_shards,
-                                       stats["examples"])
-    if named != name:
-      stats["path"], stats["staged"] = named, name
-    stats["classes"] = dict(sorted(stats["classes"].items()))
-    yield stats
-    for error in errors:
+    yield result.stats
+    for error in result.errors:
       yield beam.pvalue.TaggedOutput("errors", error)
 
 
@@ -164,11 +111,13 @@ class WriteShards(beam.PTransform):
   """
 
   def __init__(self, staging: str, label_map, plan, options: EncodeOptions,
-               template: str = sharding.DEFAULT_SHARD_NAME_TEMPLATE):
+               template: str = sharding.DEFAULT_SHARD_NAME_TEMPLATE, processes: int = 1,
+               min_images: int = 0):
     super().__init__()
     self.staging, self.label_map, self.plan = staging, label_map, plan
     self.options = options
     self.template = template
+    self.processes, self.min_images = processes, min_images
 
   def expand(self, anns):
     written = (anns
@@ -176,7 +125,8 @@ class WriteShards(beam.PTransform):
                    lambda a, plan: (plan.route(a.split, a.key, a.uri), a), self.plan)
                .with_output_types(Tuple[Tuple[str, int], ImageAnnotation])
                | "GroupByShard" >> beam.GroupByKey()
-               | "Write" >> beam.ParDo(_WriteShard(self.staging, self.options, self.template),
+               | "Write" >> beam.ParDo(_WriteShard(self.staging, self.options, self.template,
+                                                   self.processes, self.min_images),
                                        self.label_map, self.plan).with_outputs(
                                            "errors", main="stats"))
     return written.stats, written.errors

@@ -10,7 +10,7 @@ import pytest
 
 import bad_data as bd
 from beam_tfrecord import cli
-from beam_tfrecord import sink
+from beam_tfrecord import shard_writer
 
 IMAGES = 8
 SHARD_NAME = re.compile(r"^[A-Za-z0-9_.-]+-\d{5}-of-\d{5}\.tfrecord$")
@@ -137,27 +137,24 @@ def test_manifest_written_last(reshard):
 # A transient failure inside the shard writer, retried by the runner
 
 _INJECT = {"armed": False, "calls": 0, "fail_at": 0, "failures": 0, "always": False}
-_REAL_UTIL = sink._TFRecordUtil
+_REAL_FRAME = shard_writer.frame
 
 
-class _FlakyTFRecordUtil:
-  """Stands in for sink._TFRecordUtil: raises at the fail_at-th record (once, or always)."""
-
-  @staticmethod
-  def write_record(f, value):
-    _INJECT["calls"] += 1
-    if _INJECT["armed"] and _INJECT["calls"] >= _INJECT["fail_at"]:
-      if not _INJECT["always"]:
-        _INJECT["armed"] = False
-      _INJECT["failures"] += 1
-      f.flush()  # part of the shard is really on disk when the bundle dies
-      raise RuntimeError("injected failure while writing a shard")
-    return _REAL_UTIL.write_record(f, value)
+def _flaky_frame(value):
+  """Stands in for shard_writer.frame: raises at the fail_at-th record (once, or always),
+  after the shard's earlier records went to its partial file."""
+  _INJECT["calls"] += 1
+  if _INJECT["armed"] and _INJECT["calls"] >= _INJECT["fail_at"]:
+    if not _INJECT["always"]:
+      _INJECT["armed"] = False
+    _INJECT["failures"] += 1
+    raise RuntimeError("injected failure while writing a shard")
+  return _REAL_FRAME(value)
 
 
 def _arm(monkeypatch, fail_at: int, always: bool) -> None:
   _INJECT.update(armed=True, calls=0, fail_at=fail_at, failures=0, always=always)
-  monkeypatch.setattr(sink, "_TFRecordUtil", _FlakyTFRecordUtil)
+  monkeypatch.setattr(shard_writer, "frame", _flaky_frame)
 
 
 @pytest.fixture(scope="module")
@@ -218,8 +215,8 @@ def _final_outputs(names) -> list:
 def died_in_writer(ds, tmp_path_factory):
   output = str(tmp_path_factory.mktemp("died") / "out")
   with pytest.MonkeyPatch.context() as mp:
-    _arm(mp, fail_at=IMAGES // 2 + 2, always=True)
-    run = bd.convert(args(ds, output, "--num-shards", "2"))
+    _arm(mp, fail_at=IMAGES // 2 + 2, always=True)  # in this process: one writer, here
+    run = bd.convert(args(ds, output, "--num-shards", "2", "--writer-processes", "1"))
   return {"output": output, "code": run.code, "files": listing(output)}
 
 

@@ -368,6 +368,20 @@ def test_inspect_shows_the_status_first(good_copy, capsys):
 
 # --- kills -----------------------------------------------------------------------------------
 
+def test_a_killed_writer_process_fails_the_run_and_keeps_the_old_output(data, good_copy):
+  """The OOM killer's case: one shard writer process dies (SIGKILL) while the run goes on.
+  The run fails (exit 1, one line) and the earlier output stays as it was."""
+  proc = subprocess.run([sys.executable, "-m", "beam_tfrecord.cli",
+                         *args(data["b"], good_copy, "--overwrite", "--writer-processes", "2")],
+                        env=subprocess_env(BEAM_TFRECORD_KILL_AT="shard"),
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1, proc.stderr[-2000:]
+  last = proc.stderr.strip().splitlines()[-1]  # after Beam's own log of the failed bundle
+  assert last.startswith("beam-tfrecord: the pipeline failed") and "shard writer process died" \
+      in last and last.endswith("is unchanged"), last
+  assert_is_a(good_copy, data)
+
+
 KILL_POINTS = ["parse", "write", "finalize", "swap-journal", "swap-old-manifest",
                "swap-old-files", "swap-move", "swap-manifest"]
 
