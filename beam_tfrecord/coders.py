@@ -73,13 +73,15 @@ class DataclassCoder(coders.Coder):
   def __init__(self, cls: Type):
     self.cls = cls
     self._to, self._from = _record_converters(cls)
-    self._impl = coders.FastPrimitivesCoder().get_impl()
+    # not `_impl`: Coder.get_impl caches the coder's own impl under that name, and Beam would
+    # then use the primitives coder directly, pickling every record through its fallback
+    self._primitives = coders.FastPrimitivesCoder().get_impl()
 
   def encode(self, value: Any) -> bytes:
-    return self._impl.encode(self._to(value))
+    return self._primitives.encode(self._to(value))
 
   def decode(self, encoded: bytes) -> Any:
-    return self._from(self._impl.decode(encoded))
+    return self._from(self._primitives.decode(encoded))
 
   def is_deterministic(self) -> bool:
     return True
