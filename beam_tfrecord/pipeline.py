@@ -267,7 +267,8 @@ def read_source(root, config: ConvertConfig) -> Tuple[SourceOutput, List[str]]:
     inputs = _file_inputs(config)
     return (root | "ReadCoco" >> ReadCoco(inputs, allow, follow,
                                           drop_background=not config.label_map,
-                                          include_masks=config.include_masks),
+                                          include_masks=config.include_masks,
+                                          join_in_worker=in_process(root)),
             sorted({s for s, _, _ in inputs if s}))
   if config.format == "csv":
     inputs = _file_inputs(config)
@@ -658,6 +659,14 @@ def _count_keys(error: ErrorRecord) -> List[str]:
 IN_PROCESS_RUNNERS = ("FnApiRunner", "DirectRunner", "SwitchingDirectRunner")
 
 
+def in_process(root) -> bool:
+  """True when the pipeline runs on the in-process local runner in its in_memory mode: one
+  stage at a time, on one thread, so that a shuffle only costs and never spreads work."""
+  from apache_beam.options.pipeline_options import DirectOptions
+  return (type(root.runner).__name__ in IN_PROCESS_RUNNERS and
+          root.options.view_as(DirectOptions).direct_running_mode == "in_memory")
+
+
 def writer_processes(root, config: ConvertConfig) -> Tuple[int, int]:
   """(processes that write shards, fewest images per process): --writer-processes N is used
   as given; by default one per core on the in-process local runner in its in_memory mode (it
@@ -665,10 +674,8 @@ def writer_processes(root, config: ConvertConfig) -> Tuple[int, int]:
   distributed runners and Beam's multi-worker modes spread shards over their own workers."""
   if config.writer_processes:
     return config.writer_processes, 0
-  from apache_beam.options.pipeline_options import DirectOptions
   from beam_tfrecord.shard_writer import MIN_IMAGES_PER_PROCESS, local_processes
-  mode = root.options.view_as(DirectOptions).direct_running_mode
-  if type(root.runner).__name__ in IN_PROCESS_RUNNERS and mode == "in_memory":
+  if in_process(root):
     return local_processes(), MIN_IMAGES_PER_PROCESS
   return 1, 0
 
