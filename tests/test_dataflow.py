@@ -282,7 +282,7 @@ EXAMPLES = {  # a realistic value per template parameter
     "jpeg_quality": "90",
     "records_per_shard": "4096",
     "shard_name_template": "file_{index:02d}-{count}.tfrec",
-    "max_image_bytes": "1000000", "image_sets": "train,val", "break_lock": "true",
+    "max_image_bytes": "1000000", "writer_processes": "2", "image_sets": "train,val", "break_lock": "true",
 }
 
 
