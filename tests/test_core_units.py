@@ -614,3 +614,27 @@ def test_output_with_glob_characters_is_refused_up_front():
   from beam_tfrecord.pipeline import ConvertConfig
   with pytest.raises(ValueError, match="pattern"):
     ConvertConfig(format="coco", inputs=["a.json"], output="/tmp/out[1]").validate()
+
+
+def test_resolve_matches_realpath_with_and_without_symlinks(tmp_path):
+  """resolve walks only the key's own components when none is a symlink; wherever one is, or
+  the file is missing, realpath decides, as before."""
+  from beam_tfrecord import paths
+  from beam_tfrecord.model import InputError
+  root, outside = tmp_path / "root", tmp_path / "outside"
+  (root / "sub").mkdir(parents=True)
+  outside.mkdir()
+  (root / "sub" / "a.jpg").write_bytes(b"x")
+  (outside / "b.jpg").write_bytes(b"y")
+  (root / "inner").symlink_to(root / "sub")      # a link that stays inside the root
+  (root / "away").symlink_to(outside)            # a link that leaves it
+  assert paths.resolve(str(root), "sub/a.jpg") == ("sub/a.jpg", str(root / "sub" / "a.jpg"))
+  assert paths.resolve(str(root), "inner/a.jpg") == ("inner/a.jpg", str(root / "inner" / "a.jpg"))
+  assert paths.resolve(str(root), "sub/missing.jpg")[0] == "sub/missing.jpg"  # Locate reports
+  with pytest.raises(InputError) as e:
+    paths.resolve(str(root), "away/b.jpg")
+  assert e.value.reason == "symlink_escape"
+  assert paths.resolve(str(root), "away/b.jpg", follow_symlinks=True)[1] == str(root / "away/b.jpg")
+  # a root that is itself a link is resolved once, and files under it are inside it
+  (tmp_path / "link_root").symlink_to(root)
+  assert paths.resolve(str(tmp_path / "link_root"), "sub/a.jpg")[0] == "sub/a.jpg"
