@@ -64,7 +64,8 @@ class _WriteShard(beam.DoFn):
       self._pool = WriterPool(processes) if processes > 1 else None
     if self._pool is None:
       yield from self._outputs(write_shard(task))
-    else:
+    else:  # local files (see above): every core converts, no read-ahead threads
+      task.read_ahead = 1
       self._pending.append(self._pool.submit(task))
 
   def finish_bundle(self):
