@@ -156,13 +156,14 @@ def code_fingerprint(repo: str = REPO) -> str:
   return digest.hexdigest()[:12]
 
 
-def measure(cmd: Sequence[str], log_path: str, env: Dict[str, str], max_rss_mb: float) -> Run:
-  """Run cmd to completion; wall time, tree CPU time and peak tree RSS."""
+def measure(cmd: Sequence[str], log_path: str, env: Dict[str, str], max_rss_mb: float,
+            cwd: str = REPO) -> Run:
+  """Run cmd to completion in `cwd`; wall time, tree CPU time and peak tree RSS."""
   load = os.getloadavg()[0]
   before = resource.getrusage(resource.RUSAGE_CHILDREN)
   start = time.perf_counter()
   with open(log_path, "wb") as log:
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
   sampler = TreeSampler(proc.pid, max_rss_mb * MB)
   sampler.start()
   proc.wait()
@@ -234,7 +235,10 @@ def run_once(variant: Variant, data: datasets.Dataset, work: str, logs: str, tag
       filter(None, [variant.repo, os.environ.get("PYTHONPATH")])))
   log = os.path.join(logs, f"{variant.slug}-{data.count}-{tag}.log")
   code = code_fingerprint(variant.repo)
-  result = measure(command(variant, data, out, data.root), log, env, max_rss_mb)
+  # in the variant's tree: `python -m` puts the working directory first on sys.path, ahead of
+  # PYTHONPATH, so a --tree row run from this checkout would import this checkout's code
+  result = measure(command(variant, data, out, data.root), log, env, max_rss_mb,
+                   cwd=variant.repo)
   result.code = code
   if variant.args != ["read"] and result.ok:
     result.records, result.digest = inspect_output(out)
