@@ -6,7 +6,7 @@ import os
 import posixpath
 import re
 import stat
-from typing import Optional
+from typing import Optional, Tuple
 
 from beam_tfrecord.model import InputError
 
@@ -49,6 +49,12 @@ def clean_name(name: object) -> str:
 
 def resolve(root: str, name: str, allow_absolute: bool = False,
             follow_symlinks: bool = False) -> tuple[str, str]:
+  key, uri, _ = resolve_sized(root, name, allow_absolute, follow_symlinks)
+  return key, uri
+
+
+def resolve_sized(root: str, name: str, allow_absolute: bool = False,
+                  follow_symlinks: bool = False) -> tuple[str, str, Optional[int]]:
   """(key, uri) for a file name from an annotation, guaranteed inside `root`.
 
   With allow_absolute, names that are full URIs or absolute paths are taken as they are
@@ -57,12 +63,17 @@ def resolve(root: str, name: str, allow_absolute: bool = False,
   target is a readable file (symlink farms for splits, exports assembled with `ln -s`).
   """
   if allow_absolute and isinstance(name, str) and (is_remote(name) or name.startswith("/")):
-    return name, name
+    return name, name, None
   key = clean_name(name)
   uri = join(root, key)
+  size = None
   if not is_remote(root):
     real_root = _realpath_of_root(root)
-    real = _plain_path_inside(real_root, key) or os.path.realpath(uri)
+    plain = _plain_path_inside(real_root, key)
+    if plain:
+      real, size = plain
+    else:
+      real = os.path.realpath(uri)
     if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
       if not follow_symlinks:
         raise InputError("locate", "symlink_escape",
@@ -71,7 +82,7 @@ def resolve(root: str, name: str, allow_absolute: bool = False,
       if not (os.path.isfile(real) and os.access(real, os.R_OK)):
         raise InputError("locate", "symlink_escape",
                          f"{name!r} is a symlink to {real}, which is not a readable file")
-  return key, uri
+  return key, uri, size
 
 
 @functools.lru_cache(maxsize=256)
@@ -81,18 +92,20 @@ def _realpath_of_root(root: str) -> str:
   return os.path.realpath(root)
 
 
-def _plain_path_inside(real_root: str, key: str) -> Optional[str]:
-  """real_root/key when none of the key's components is a symlink (then it is what realpath
-  gives), else None; also None when a component is missing (realpath decides then)."""
+def _plain_path_inside(real_root: str, key: str) -> Optional[Tuple[str, Optional[int]]]:
+  """(real_root/key, its size if it is a regular file, else None) when none of the key's
+  components is a symlink (then that path is what realpath gives), else None; also None when
+  a component is missing (realpath decides then, and Locate reports the missing file)."""
   path = real_root
   for part in key.split("/"):
     path = os.path.join(path, part)
     try:
-      if stat.S_ISLNK(os.lstat(path).st_mode):
-        return None
+      info = os.lstat(path)
     except OSError:
       return None
-  return path
+    if stat.S_ISLNK(info.st_mode):
+      return None
+  return path, (info.st_size if stat.S_ISREG(info.st_mode) else None)
 
 
 def file_size(uri: str) -> int:

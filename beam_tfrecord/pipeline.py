@@ -306,10 +306,12 @@ def read_source(root, config: ConvertConfig) -> Tuple[SourceOutput, List[str]]:
 def _locate_and_assign(ann: ImageAnnotation, fractions: Optional[Mapping[str, float]],
                        size: Any = None):
   """Fill in the file size and the split, or report the missing file (one fused step).
-  `size` is the file size or InputError when it was looked up already (_locate_batch)."""
+  `size` is the file size or InputError when it was looked up already (_locate_batch), or
+  the annotation's own size_bytes when its source saw the file (COCO's paths.resolve_sized)."""
   outputs.kill_point("parse")
   try:
-    size = paths.file_size(ann.uri) if size is None else size
+    if size is None:
+      size = ann.size_bytes if ann.size_bytes is not None else paths.file_size(ann.uri)
     if isinstance(size, InputError):
       raise size
   except InputError as e:
@@ -319,7 +321,8 @@ def _locate_and_assign(ann: ImageAnnotation, fractions: Optional[Mapping[str, fl
     split = sharding.split_for_key(ann.key, fractions)
   else:
     split = ann.split or DEFAULT_SPLIT
-  yield ann.replace(size_bytes=size, split=split)
+  yield ann if (size, split) == (ann.size_bytes, ann.split) else ann.replace(size_bytes=size,
+                                                                            split=split)
 
 
 REMOTE_LOCATE_THREADS = 16

@@ -631,6 +631,11 @@ def test_resolve_matches_realpath_with_and_without_symlinks(tmp_path):
   assert paths.resolve(str(root), "sub/a.jpg") == ("sub/a.jpg", str(root / "sub" / "a.jpg"))
   assert paths.resolve(str(root), "inner/a.jpg") == ("inner/a.jpg", str(root / "inner" / "a.jpg"))
   assert paths.resolve(str(root), "sub/missing.jpg")[0] == "sub/missing.jpg"  # Locate reports
+  # the size comes with the lstat of a plain path; Locate stats the others
+  assert paths.resolve_sized(str(root), "sub/a.jpg")[2] == 1
+  assert paths.resolve_sized(str(root), "inner/a.jpg")[2] is None
+  assert paths.resolve_sized(str(root), "sub")[2] is None  # a directory: Locate rejects it
+  assert paths.resolve_sized(str(root), "sub/missing.jpg")[2] is None
   with pytest.raises(InputError) as e:
     paths.resolve(str(root), "away/b.jpg")
   assert e.value.reason == "symlink_escape"

@@ -449,7 +449,8 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
         message=f"image id {image_id} appears {len(images)} times; the first is used"))
   split, image_root, file_name, width, height = sorted(images, key=repr)[0]
   try:
-    key, image_uri = paths.resolve(image_root, file_name, allow_absolute, follow_symlinks)
+    key, image_uri, size = paths.resolve_sized(image_root, file_name, allow_absolute,
+                                               follow_symlinks)
   except InputError as e:
     yield beam.pvalue.TaggedOutput("errors", e.record(source, file_name))
     return
@@ -466,7 +467,8 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
     objs.append(ObjectAnnotation(label=name, box=Box(*box), is_crowd=is_crowd, area=area,
                                  id=ann_id, segmentation=segmentation))
   yield ImageAnnotation(key=key, uri=image_uri, source_id=str(image_id), source=uri,
-                        objects=tuple(objs), split=split, width=width, height=height)
+                        objects=tuple(objs), split=split, width=width, height=height,
+                        size_bytes=size)
 
 
 _USES_ZERO = re.compile(rb'"category_id"\s*:\s*-?0(\.0*)?(?![0-9.eE])')
