@@ -54,18 +54,22 @@ class _WriteShard(beam.DoFn):
     (split, shard), anns = element
     task = ShardTask(self.staging, split, shard, plan.splits[split].num_shards, list(anns),
                      dict(label_map), self.options, self.template)
+    local = not paths.is_remote(self.staging) and not any(
+        paths.is_remote(a.uri) for a in task.anns[:1])
     if not self._decided:  # once per bundle, from the whole plan
       self._decided = True
-      local = not paths.is_remote(self.staging) and not any(
-          paths.is_remote(a.uri) for a in task.anns[:1])
+      # by default only for local files: a writer reading gs:// imports Beam (3.8 s), and
+      # one process with read-ahead threads already waits on many round trips at once
       processes = processes_for(
           self.processes, sum(p.count for p in plan.splits.values()),
-          sum(p.num_shards for p in plan.splits.values()), self.min_images) if local else 1
+          sum(p.num_shards for p in plan.splits.values()), self.min_images
+      ) if local or not self.min_images else 1
       self._pool = WriterPool(processes) if processes > 1 else None
     if self._pool is None:
       yield from self._outputs(write_shard(task))
-    else:  # local files (see above): every core converts, no read-ahead threads
-      task.read_ahead = 1
+    else:
+      if local:  # every core converts: read-ahead threads would only take turns with them
+        task.read_ahead = 1
       self._pending.append(self._pool.submit(task))
 
   def finish_bundle(self):
