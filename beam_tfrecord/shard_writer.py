@@ -280,7 +280,9 @@ class WriterPool:
               f"a shard writer process died (exit code {code}: killed, or out of memory? try "
               f"fewer --writer-processes) while writing {task.split} shard {task.shard}: "
               f"{type(e).__name__}"))
-          proc = None  # the next task starts a new one
+          if proc is not None:  # reap it and close its pipes; the next task starts a new one
+            _stop_writer(proc, answers, kill=True)
+          proc = None
           continue
         if ok:
           future.set_result(value)
@@ -288,9 +290,18 @@ class WriterPool:
           future.set_exception(value)
     finally:
       if proc is not None:
-        proc.stdin.close()
-        answers.close()
-        proc.wait()
+        _stop_writer(proc, answers)
+
+
+def _stop_writer(proc: subprocess.Popen, answers, kill: bool = False) -> None:
+  for closing in (proc.stdin, answers):
+    try:
+      closing.close()
+    except OSError:  # the pipe of a dead writer
+      pass
+  if kill:
+    proc.kill()
+  proc.wait()
 
 
 def _start_writer():
