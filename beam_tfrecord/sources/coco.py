@@ -333,6 +333,10 @@ class _ParseSection(beam.DoFn):
       return
     except Exception as e:  # ijson's syntax errors, an unreadable file
       streaming_error = f"{type(e).__name__}: {e}"
+    yield from self._go_on(uri, split, image_root, section, done, streaming_error, buffer)
+
+  def _go_on(self, uri, split, image_root, section, done, streaming_error, buffer):
+    """After a streaming error: the section's entries from `done` on, from Python's json."""
     try:
       rest = _entries_after(uri, section, done)
     except Exception as e:  # truly malformed: report, keep what was read
@@ -433,34 +437,26 @@ class _JoinFile(_ParseSection):
     done = dict.fromkeys(SECTIONS, 0)
     found: set = set()
     bad: List[Tuple[str, InputError]] = []
+    streaming_error = None
     try:
       with FileSystems.open(uri, compression_type="uncompressed") as f:
         for section, record in stream_sections(f, SECTIONS, found=found, bad=bad):
           yield from self._emit(uri, split, image_root, section, done[section], record, buffer)
           done[section] += 1
-    except InputError as e:  # not an object, a section not an array, too deep
+    except InputError as e:  # not an object, too deep
       for _ in SECTIONS:  # each section's task reports it
         yield beam.pvalue.TaggedOutput("errors", e.record(uri, level="file"))
       return
     except Exception as e:  # ijson's syntax errors, an unreadable file
       streaming_error = f"{type(e).__name__}: {e}"
-      for _, error in bad:  # a section found not to be an array stays reported as such
-        yield beam.pvalue.TaggedOutput("errors", error.record(uri, level="file"))
-      for section in [s for s in SECTIONS if s not in dict(bad)]:
-        try:
-          rest = _entries_after(uri, section, done[section])
-        except Exception as e2:  # truly malformed: report, keep what was read
-          yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-              source=uri, stage="parse", reason="malformed_json", level="file",
-              message=f"{section} after entry {done[section]}: {streaming_error}; "
-              f"{type(e2).__name__}: {e2}"))
-          continue
-        for index, record in enumerate(rest, start=done[section]):
-          yield from self._emit(uri, split, image_root, section, index, record, buffer)
-      return
-    for _, error in bad:
+    for _, error in bad:  # a section that is not an array
       yield beam.pvalue.TaggedOutput("errors", error.record(uri, level="file"))
     for section in SECTIONS:
+      if streaming_error is not None:
+        if section not in dict(bad):
+          yield from self._go_on(uri, split, image_root, section, done[section],
+                                 streaming_error, buffer)
+        continue
       error = None if section in found else missing_section(section)
       if error:
         yield beam.pvalue.TaggedOutput("errors", error.record(uri, level="file"))
