@@ -55,7 +55,8 @@ def resolve(root: str, name: str, allow_absolute: bool = False,
 
 def resolve_sized(root: str, name: str, allow_absolute: bool = False,
                   follow_symlinks: bool = False) -> tuple[str, str, Optional[int]]:
-  """(key, uri) for a file name from an annotation, guaranteed inside `root`.
+  """(key, uri, size) for a file name from an annotation, guaranteed inside `root`; size is
+  the file's size when resolving saw it (a plain regular file), else None.
 
   With allow_absolute, names that are full URIs or absolute paths are taken as they are
   (for CSVs that list gs://bucket/... paths); the key is then the full name. A name that is a
@@ -88,8 +89,15 @@ def resolve_sized(root: str, name: str, allow_absolute: bool = False,
 @functools.lru_cache(maxsize=256)
 def _realpath_of_root(root: str) -> str:
   """realpath of an image root, once per run and root (it lstats every component: resolving
-  roots per image was 80 µs of the 110 µs that resolve took for each of 20,000 images)."""
+  roots per image was 80 µs of the 110 µs that resolve took for each of 20,000 images).
+  pipeline.build forgets them (forget_roots): a long-lived process (a scheduler's) converts
+  again after a root symlink such as `current` was moved to a new export."""
   return os.path.realpath(root)
+
+
+def forget_roots() -> None:
+  """Resolve image roots afresh from now on (at the start of each run)."""
+  _realpath_of_root.cache_clear()
 
 
 def _plain_path_inside(real_root: str, key: str) -> Optional[Tuple[str, Optional[int]]]:

@@ -689,6 +689,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   Raises UsageError for problems found before running (see resolve)."""
   config.validate()
   config = resolve(config)
+  paths.forget_roots()  # this run sees the image roots as they are now
   run_id = run_id or uuid.uuid4().hex
   staging = outputs.run_dir(config.output, run_id)
   options = config.encode_options()

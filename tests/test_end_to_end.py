@@ -485,3 +485,24 @@ def test_merging_two_coco_datasets_whose_folders_use_the_same_file_names(tmp_pat
       record = records[(im.file_name, ds.data(im))]
       check_record(record, expected_for(ds, im, str(im.image_id)), ids, voc=False)
   assert record_counts(written, "train") == sharding.shard_lengths(32, 3)
+
+
+def test_an_image_root_symlink_repointed_between_runs_of_one_process(tmp_path):
+  """A scheduler's long-lived process converts `current` (a link moved to each new export)
+  again and again: every run resolves the root as it is then, not as an earlier run saw it."""
+  import bad_data as bd
+  current = tmp_path / "current"
+  for version, names in (("v1", ["a.jpg"]), ("v2", ["b.jpg", "c.jpg"])):
+    coco = bd.Coco(str(tmp_path / version), [(1, "cat")])
+    for i, name in enumerate(names):
+      coco.image(i + 1, name, bd.jpeg((64 + i, 48)))
+      coco.ann(i + 1, 1, [4, 4, 20, 10])
+    annotations = coco.write(str(tmp_path / f"{version}.json"))
+    if current.is_symlink():
+      current.unlink()
+    current.symlink_to(tmp_path / version)
+    run = bd.convert(["--format=coco", f"--input={annotations}", f"--images={current}",
+                      "--output", str(tmp_path / f"out-{version}")])
+    assert run.code == 0 and not run.errors, run.errors
+    assert sorted(e["image/filename"] for e in run.examples) == [n.encode() for n in names]
+    assert [e["image/width"] for e in run.examples] == [64 + i for i in range(len(names))]
