@@ -300,3 +300,59 @@ def test_records_lost_by_the_runner_fail_the_run(ds, tmp_path, monkeypatch):
   assert run.code == 1  # a runner failure
   assert run.manifest["status"].startswith("failed: the runner lost records")
   assert f"{IMAGES + 1} planned, {IMAGES} written or rejected" in run.manifest["status"]
+
+
+# --------------------------------------------------------------------------------------------
+# Writer processes
+
+
+_SUBMITTED = []
+
+
+def test_writer_processes_write_the_bytes_one_writer_writes(ds, reshard, tmp_path, monkeypatch):
+  """Shards handed to writer processes (3 asked for, 2 shards: 2 start) come out byte for byte
+  as written in the runner's own process, and read back alike."""
+  from beam_tfrecord import shard_writer, sink
+
+  class Spy(shard_writer.WriterPool):
+    def submit(self, task):
+      _SUBMITTED.append((task.split, task.shard, len(self._threads)))
+      return super().submit(task)
+  monkeypatch.setattr(sink, "WriterPool", Spy)
+  one = reshard["second_files"]  # --num-shards 2, written in this process (few images)
+  run = bd.convert(args(ds, str(tmp_path / "out"), "--num-shards", "2",
+                        "--writer-processes", "3"))
+  assert run.code == 0
+  assert sorted(_SUBMITTED) == [("train", 0, 2), ("train", 1, 2)]
+  got = listing(str(tmp_path / "out"))
+  assert shards(got) == shards(one) and len(shards(got)) == 2
+  assert run.examples == reshard["second"].examples and len(run.examples) == IMAGES
+  assert run.manifest["totals"] == reshard["second"].manifest["totals"]
+  assert [e["reason"] for e in run.errors] == ["missing_image"]
+  assert_no_leftovers(str(tmp_path / "out"))
+
+
+def test_processes_for_a_plan():
+  from beam_tfrecord.shard_writer import processes_for
+  assert processes_for(2, 20_000, 12, 1000) == 2
+  assert processes_for(2, 1_500, 12, 1000) == 1      # too few images to pay for a start
+  assert processes_for(8, 20_000, 3, 1000) == 3      # never more than shards
+  assert processes_for(2, 8, 4, 0) == 2              # asked for: no image minimum
+  assert processes_for(4, 0, 0, 0) == 1
+
+
+def test_frame_is_the_tfrecord_framing_of_beam_and_tensorflow(tmp_path):
+  import io
+  import tensorflow as tf
+  from apache_beam.io.tfrecordio import _TFRecordUtil
+  from beam_tfrecord.shard_writer import frame
+  records = [b"", b"x", bytes(range(256)) * 40]
+  beam_bytes = io.BytesIO()
+  for record in records:
+    _TFRecordUtil.write_record(beam_bytes, record)
+  path = str(tmp_path / "tf.tfrecord")
+  with tf.io.TFRecordWriter(path) as writer:
+    for record in records:
+      writer.write(record)
+  ours = b"".join(frame(r) for r in records)
+  assert ours == beam_bytes.getvalue() == open(path, "rb").read()
