@@ -109,6 +109,10 @@ def test_pipeline_modules_help(module, capsys):
      "column mapping"),
     (["convert", "--format=coco", "--input=a.json", "--output=o", "stray"], "stray"),
     (["inspect", "somewhere", "--runner=DirectRunner"], "unrecognized"),
+    (["convert", "--format=coco", "--input=a.json", "--output=o", "--writer-processes=-1"],
+     "--writer-processes must be 0 (automatic) or more"),
+    (["convert", "--format=coco", "--input=a.json", "--output=o", "--writer-processes=two"],
+     "invalid int value"),
 ])
 def test_usage_errors(argv, message, capsys, tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
