@@ -163,9 +163,11 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       f"stat, before reading). Default {DEFAULT_MAX_IMAGE_BYTES} (256 MB)")
   parser.add_argument("--writer-processes", type=int, default=0, metavar="N",
                       help="processes that write shards (each shard by one, so the output "
-                      "bytes do not depend on N). Default 0: one per core when Beam runs in "
-                      "this process (the default local runner), else 1 (distributed runners "
-                      "and Beam's multi-worker modes spread shards over their own workers)")
+                      "bytes do not depend on N). Default 0: when Beam runs in this process (the "
+                      "default local runner) and the images are local, one per core, but no "
+                      "more than one per 1,000 images or per shard; else 1 (distributed runners "
+                      "and Beam's multi-worker modes spread shards over their own workers). A "
+                      "number given is used as given, up to one per shard")
   parser.add_argument("--image-sets", metavar="SET,...",
                       help="voc only: the ImageSets/Main lists to use as splits, e.g. "
                       "train,val,test. Default: every list; a union list (trainval) is not a "
