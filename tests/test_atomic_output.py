@@ -137,11 +137,11 @@ def test_manifest_written_last(reshard):
 # A transient failure inside the shard writer, retried by the runner
 
 _INJECT = {"armed": False, "calls": 0, "fail_at": 0, "failures": 0, "always": False}
-_REAL_FRAME = shard_writer.frame
+_REAL_FRAMING = shard_writer.framing
 
 
-def _flaky_frame(value):
-  """Stands in for shard_writer.frame: raises at the fail_at-th record (once, or always),
+def _flaky_framing(value):
+  """Stands in for shard_writer.framing: raises at the fail_at-th record (once, or always),
   after the shard's earlier records went to its partial file."""
   _INJECT["calls"] += 1
   if _INJECT["armed"] and _INJECT["calls"] >= _INJECT["fail_at"]:
@@ -149,12 +149,12 @@ def _flaky_frame(value):
       _INJECT["armed"] = False
     _INJECT["failures"] += 1
     raise RuntimeError("injected failure while writing a shard")
-  return _REAL_FRAME(value)
+  return _REAL_FRAMING(value)
 
 
 def _arm(monkeypatch, fail_at: int, always: bool) -> None:
   _INJECT.update(armed=True, calls=0, fail_at=fail_at, failures=0, always=always)
-  monkeypatch.setattr(shard_writer, "frame", _flaky_frame)
+  monkeypatch.setattr(shard_writer, "framing", _flaky_framing)
 
 
 @pytest.fixture(scope="module")
