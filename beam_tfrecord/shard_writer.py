@@ -336,6 +336,8 @@ def _start_writer():
 def serve(answer_fd: int) -> None:
   """A writer process's loop: ShardTasks from stdin, (ok, ShardResult or exception) to
   `answer_fd`, until stdin ends."""
+  import gc
+  gc.freeze()  # the imports are never garbage: collections need not walk them again
   answers = os.fdopen(answer_fd, "wb")
   while True:
     try:

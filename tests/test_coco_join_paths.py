@@ -58,8 +58,26 @@ def _files(root) -> dict:
       "big_id_images_object": _write(root, "big_id_images_object.json", json.dumps(dict(
           good, images={"id": 0}, annotations=good["annotations"] + [
               {"id": 2 ** 70, "image_id": 1, "category_id": 2, "bbox": [1, 1, 2, 2]}]))),
+      # json reads these where streaming would not, or differently: streamed (whole_sections)
+      "images_twice": _write(root, "twice.json", text[:-1] + ', "images": [{"id": 7, '
+                             '"file_name": "3.jpg"}]}'),
+      "nan_no_categories": _write(root, "nan_no_categories.json", json.dumps(
+          {k: v for k, v in good.items() if k != "categories"}).replace('"area": 600.0',
+                                                                       '"area": NaN')),
+      "deep": _write(root, "deep.json", text[:-1] + ', "info": ' + "[" * 40 + "]" * 40 + "}"),
+      "big_exponent": _write(root, "big_exponent.json", text.replace('"area": 600.0',
+                                                                     '"area": 1e400')),
+      "trailing": _write(root, "trailing.json", text + " {}"),
+      "bom": _write(root, "bom.json", "\ufeff" + text),
+      "odd_strings": _write(root, "odd_strings.json", text.replace(
+          '"bad id"', '"[{bad id\\" ]"').replace('"2.jpg"', '"2\\u002ejpg"')),
       "images": images,
   }
+
+
+WHOLE = ["good", "no_categories", "images_not_array"]
+STREAMED = ["truncated", "not_an_object", "nan", "big_id", "big_id_images_object", "images_twice", "nan_no_categories", "deep",
+            "big_exponent", "trailing", "bom", "odd_strings"]
 
 
 def _read(files, name: str, join_in_worker: bool, include_masks: bool = False) -> dict:
@@ -82,8 +100,7 @@ def _read(files, name: str, join_in_worker: bool, include_masks: bool = False) -
   return results
 
 
-@pytest.mark.parametrize("name", ["good", "truncated", "images_not_array", "no_categories",
-                                  "not_an_object", "nan", "big_id", "big_id_images_object"])
+@pytest.mark.parametrize("name", WHOLE + STREAMED)
 def test_both_joins_give_the_same_images_errors_and_categories(tmp_path, name):
   files = _files(str(tmp_path))
   in_worker = _read(files, name, join_in_worker=True)
@@ -97,7 +114,10 @@ def test_both_joins_give_the_same_images_errors_and_categories(tmp_path, name):
     assert len(in_worker["categories"]) == 2
   elif name == "big_id":
     assert str(2 ** 70) in "".join(in_worker["images"])
-  elif name != "nan":
+  elif name == "images_twice":  # both arrays read, as streaming reads them
+    assert any("source_id='7'" in line for line in in_worker["images"])
+  elif name not in ("nan", "big_exponent", "odd_strings", "bom", "images_twice",
+                    "nan_no_categories"):
     assert any(json.loads(e)["level"] == "file" for e in in_worker["errors"])
 
 
@@ -118,3 +138,36 @@ def test_both_joins_carry_segmentations_alike(tmp_path):
   files["seg"] = _write(str(tmp_path), "seg.json", doc)
   assert _read(files, "seg", True, include_masks=True) == _read(files, "seg", False,
                                                                  include_masks=True)
+
+
+@pytest.mark.parametrize("name", WHOLE + STREAMED)
+def test_whole_sections_reads_what_streaming_reads_or_leaves_the_file_to_it(tmp_path, name):
+  """The in-worker join parses small files with json (coco.whole_sections): it must give the
+  entries, the sections found and the errors of stream_sections, or decline (None)."""
+  from beam_tfrecord.sources import coco
+  files = _files(str(tmp_path))
+  with open(files[name], "rb") as f:
+    data = f.read()
+  found, bad = set(), []
+  whole = coco.whole_sections(data, coco.SECTIONS, found, bad)
+  assert (whole is not None) == (name in WHOLE)
+  if whole is None:
+    return
+  streamed_found, streamed_bad = set(), []
+  with open(files[name], "rb") as f:
+    streamed = list(coco.stream_sections(f, coco.SECTIONS, found=streamed_found,
+                                         bad=streamed_bad))
+  assert [(k, e) for k, entries in whole for e in entries] == streamed and streamed
+  assert found == streamed_found
+  assert [(k, e.reason, e.message) for k, e in bad] == \
+      [(k, e.reason, e.message) for k, e in streamed_bad]
+
+
+def test_nesting_depth_is_counted_like_the_streaming_parser():
+  from beam_tfrecord.sources.coco import MAX_DEPTH, _deeper_than
+  nested = lambda depth: ("[" * (depth - 1) + "]" * (depth - 1)).encode()
+  assert not _deeper_than(b'{"a": ' + nested(MAX_DEPTH) + b"}", MAX_DEPTH)
+  assert _deeper_than(b'{"a": ' + nested(MAX_DEPTH + 1) + b"}", MAX_DEPTH)
+  assert _deeper_than(b'{"a": "x\\"["}', MAX_DEPTH)  # unsure: an escaped quote
+  assert not _deeper_than(b'{"a": [{"b": []}], "c": {}}', 4)
+  assert _deeper_than(b'{"a": [{"b": []}], "c": {}}', 3)
