@@ -6,7 +6,7 @@ import datetime
 import json
 import posixpath
 import uuid
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -16,7 +16,7 @@ from beam_tfrecord import label_map as label_maps
 from beam_tfrecord import images as imaging
 from beam_tfrecord import lock as locks
 from beam_tfrecord import output as outputs
-from beam_tfrecord import card, coders, paths, progress, schemas, sharding
+from beam_tfrecord import card, coders, packed, paths, progress, schemas, sharding
 from beam_tfrecord.boxes import BBOX_POLICIES
 from beam_tfrecord.encode import DEFAULT_MAX_IMAGE_BYTES, EncodeOptions
 from beam_tfrecord.errors import UsageError
@@ -389,24 +389,20 @@ class PrepareImages(beam.PTransform):
 
 
 class _PlanFn(beam.CombineFn):
-  """ImageAnnotation -> sharding.ShardPlan, combined ({uri: winner}) rather than gathered:
+  """packed.Packed -> sharding.ShardPlan, combined ({uri: winner}) rather than gathered:
   the runner lifts the combine before its shuffle, so one accumulator per bundle crosses it.
-  `planned_records(image)` (the schema's) is what --records-per-shard counts."""
+  Each image's planned records (the schema's) are what --records-per-shard counts."""
 
   def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float],
-               records_per_shard: Optional[int] = None,
-               planned_records: Optional[Callable[[ImageAnnotation], int]] = None):
+               records_per_shard: Optional[int] = None):
     self.num_shards, self.shard_size_mb = num_shards, shard_size_mb
     self.records_per_shard = records_per_shard
-    self.planned_records = planned_records or (lambda ann: 1)
 
   def create_accumulator(self) -> Dict[str, sharding.PlanEntry]:
     return {}
 
-  def add_input(self, acc, ann: ImageAnnotation):
-    return sharding.add_plan_entry(acc, ann.uri, (
-        ann.source, ann.source_id, ann.split, ann.key, ann.size_bytes or 0, 1,
-        self.planned_records(ann)))
+  def add_input(self, acc, image: packed.Packed):
+    return sharding.add_plan_entry(acc, image[packed.URI], packed.plan_entry(image))
 
   def merge_accumulators(self, accs):
     accs = iter(accs)
@@ -421,7 +417,7 @@ class _PlanFn(beam.CombineFn):
 
 
 class PlanShards(beam.PTransform):
-  """PCollection[ImageAnnotation] (split and size set) -> PCollection of one sharding.ShardPlan.
+  """PCollection[packed.Packed] (split and size set) -> PCollection of one sharding.ShardPlan.
 
   One combine over all images (_PlanFn). The plan also records each split's planned image
   count in the run directory for the progress line (progress.py), and checks the names of all
@@ -431,10 +427,9 @@ class PlanShards(beam.PTransform):
 
   def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float], staging: str,
                records_per_shard: Optional[int] = None,
-               planned_records: Optional[Callable[[ImageAnnotation], int]] = None,
                template: str = sharding.DEFAULT_SHARD_NAME_TEMPLATE):
     super().__init__()
-    self.combine = _PlanFn(num_shards, shard_size_mb, records_per_shard, planned_records)
+    self.combine = _PlanFn(num_shards, shard_size_mb, records_per_shard)
     self.staging, self.template = staging, template
 
   def expand(self, images):
@@ -706,12 +701,13 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
       root | "LabelMap" >> BuildLabelMap(source, user_map, schema.first_id))
 
   template = config.shard_name_template
-  plan = beam.pvalue.AsSingleton(images | "Plan" >> PlanShards(
-      config.num_shards, config.shard_size_mb, staging, config.records_per_shard,
-      schema.planned_records, template))
+  packed_images = images | "Pack" >> beam.Map(
+      lambda ann: packed.pack(ann, schema.planned_records(ann)))
+  plan = beam.pvalue.AsSingleton(packed_images | "Plan" >> PlanShards(
+      config.num_shards, config.shard_size_mb, staging, config.records_per_shard, template))
 
   if config.sink == "shards":
-    stats, write_errors = images | "WriteShards" >> WriteShards(
+    stats, write_errors = packed_images | "WriteShards" >> WriteShards(
         staging, label_map, plan, options, template, *writer_processes(root, config))
     beam_files = root | "NoBeamFiles" >> beam.Create([])
   else:

@@ -23,7 +23,7 @@ import threading
 import uuid
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-from beam_tfrecord import paths, progress, sharding
+from beam_tfrecord import packed, paths, progress, sharding
 from beam_tfrecord.encode import Converted, EncodeOptions, convert, fetch
 from beam_tfrecord.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.output import kill_point
@@ -137,7 +137,7 @@ class ShardTask:
   split: str
   shard: int
   num_shards: int
-  anns: List[ImageAnnotation]
+  images: List[packed.Packed]      # the group's annotations, unpacked by the writer
   label_map: Mapping[str, int]
   options: EncodeOptions
   template: str = sharding.DEFAULT_SHARD_NAME_TEMPLATE
@@ -184,7 +184,7 @@ def write_shard(task: ShardTask) -> ShardResult:
   stats = new_stats(split, shard, name)
   errors: List[ErrorRecord] = []
   done = progress.ShardCounter(task.staging, name)
-  anns = unique_files(task.anns, errors)
+  anns = unique_files(map(packed.unpack, task.images), errors)
   workers = task.read_ahead or (read_ahead_workers(anns[0].uri) if anns else 0)
   limit = task.options.max_image_bytes  # larger files are rejected from a stat, unread
   ahead = prefetch(anns, lambda a: fetch(a.uri, limit),

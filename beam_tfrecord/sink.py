@@ -17,17 +17,18 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_tfrecord import paths, sharding
+from beam_tfrecord import packed, paths, sharding
 from beam_tfrecord.encode import EncodeOptions, convert
 from beam_tfrecord.model import ImageAnnotation
 from beam_tfrecord.output import kill_point
+from beam_tfrecord.packed import KEY, SPLIT, URI
 from beam_tfrecord.shard_writer import (ShardResult, ShardTask, WriterPool, add_example,
                                         new_stats, processes_for, write_shard)
 from beam_tfrecord.sharding import ShardPlan
 
 
 class _WriteShard(beam.DoFn):
-  """((split, shard), [ImageAnnotation]) -> shard stats; errors to the 'errors' output.
+  """((split, shard), [packed.Packed]) -> shard stats; errors to the 'errors' output.
 
   With processes > 1 (the in-process local runner, which runs this stage on one thread), the
   shards of a bundle are written by a shard_writer.WriterPool and emitted when the bundle
@@ -51,11 +52,11 @@ class _WriteShard(beam.DoFn):
     self._pending, self._decided = [], False
 
   def process(self, element, label_map, plan: ShardPlan):
-    (split, shard), anns = element
-    task = ShardTask(self.staging, split, shard, plan.splits[split].num_shards, list(anns),
+    (split, shard), images = element
+    task = ShardTask(self.staging, split, shard, plan.splits[split].num_shards, list(images),
                      dict(label_map), self.options, self.template)
     local = not paths.is_remote(self.staging) and not any(
-        paths.is_remote(a.uri) for a in task.anns[:1])
+        paths.is_remote(image[packed.URI]) for image in task.images[:1])
     if not self._decided:  # once per bundle, from the whole plan
       self._decided = True
       # by default only for local files: a writer reading gs:// imports Beam (3.8 s), and
@@ -106,7 +107,8 @@ class _WriteShard(beam.DoFn):
 
 
 class WriteShards(beam.PTransform):
-  """PCollection[ImageAnnotation] (with split) -> (PCollection[shard stats], PCollection[errors]).
+  """PCollection[packed.Packed] (ImageAnnotations with split and size, packed) ->
+  (PCollection[shard stats], PCollection[errors]).
 
   Side inputs: label_map ({name: id}, singleton) and plan (sharding.ShardPlan, singleton).
   Writes STAGING/SPLIT-SSSSS-of-NNNNN.tfrecord, examples sorted by (key, uri), byte-identical
@@ -124,11 +126,11 @@ class WriteShards(beam.PTransform):
     self.template = template
     self.processes, self.min_images = processes, min_images
 
-  def expand(self, anns):
-    written = (anns
+  def expand(self, images):
+    written = (images
                | "KeyByShard" >> beam.Map(
-                   lambda a, plan: (plan.route(a.split, a.key, a.uri), a), self.plan)
-               .with_output_types(Tuple[Tuple[str, int], ImageAnnotation])
+                   lambda p, plan: (plan.route(p[SPLIT], p[KEY], p[URI]), p), self.plan)
+               .with_output_types(Tuple[Tuple[str, int], Tuple])
                | "GroupByShard" >> beam.GroupByKey()
                | "Write" >> beam.ParDo(_WriteShard(self.staging, self.options, self.template,
                                                    self.processes, self.min_images),

@@ -554,7 +554,7 @@ def test_progress_reaches_the_total(tmp_path, beam_args):
   import apache_beam as beam
   from apache_beam.options.pipeline_options import PipelineOptions
   from beam_tfrecord import output as outputs
-  from beam_tfrecord import pipeline
+  from beam_tfrecord import packed, pipeline
   from beam_tfrecord.sink import WriteShards
   ds = make_dataset(tmp_path / "data", count=9, seed=5, extras=False)
   config = pipeline.ConvertConfig(format="coco", inputs=ds.file_inputs("coco"),
@@ -564,6 +564,7 @@ def test_progress_reaches_the_total(tmp_path, beam_args):
   with beam.Pipeline(options=PipelineOptions(beam_args)) as p:
     source, _ = pipeline.read_source(p, config)
     images, _ = source.images | pipeline.PrepareImages(None)
+    images = images | beam.Map(packed.pack)
     label_map = beam.pvalue.AsSingleton(p | pipeline.BuildLabelMap(source, None))
     plans = beam.pvalue.AsSingleton(images | pipeline.PlanShards(2, None, staging))
     _ = images | WriteShards(staging, label_map, plans, config.encode_options())
