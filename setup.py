@@ -38,5 +38,5 @@ setup(
                 "gcp-storage-emulator>=2026.7",  # tests/test_gcs.py: gs:// offline
                 "matplotlib>=3.7"],  # the tests draw `inspect --plot` too
     },
-    entry_points={"console_scripts": ["beam-tfrecord=beam_tfrecord.cli:main"]},
+    entry_points={"console_scripts": ["beam-tfrecord=beam_tfrecord.cli:console"]},
 )

@@ -637,5 +637,20 @@ def _main(argv: Optional[Sequence[str]]) -> int:
   return verify.run(args.output, repair=args.repair)
 
 
+def console() -> None:
+  """The `beam-tfrecord` command: main(), then exit without tearing the interpreter down.
+  Freeing Beam's modules and the run's objects one by one took 0.65 s after a run of 20,000
+  images had written and reported everything; streams and logging are flushed first, and no
+  thread or child process of a finished command is still working."""
+  code = main()
+  logging.shutdown()
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):  # a closed pipe: nothing more to say there
+      pass
+  os._exit(code)
+
+
 if __name__ == "__main__":
-  sys.exit(main())
+  console()

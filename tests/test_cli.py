@@ -70,18 +70,25 @@ def test_demo_help_and_version(capsys):
 
 
 def test_console_script_entry_point():
-  """setup.py installs `beam-tfrecord` as beam_tfrecord.cli:main; run it when installed."""
+  """setup.py installs `beam-tfrecord` as beam_tfrecord.cli:console (main, then a fast exit);
+  run it when installed: main's exit code and every line it printed to a pipe arrive."""
   setup = (REPO / "setup.py").read_text(encoding="utf-8")
   match = re.search(r"[\"']beam-tfrecord\s*=\s*([\w.]+):(\w+)[\"']", setup)
   assert match, "no beam-tfrecord console script in setup.py"
-  assert getattr(importlib.import_module(match.group(1)), match.group(2)) is cli.main
+  assert getattr(importlib.import_module(match.group(1)), match.group(2)) is cli.console
+  import subprocess
+  from conftest import subprocess_env
   script = Path(sys.executable).parent / "beam-tfrecord"  # installed by `pip install -e .`
-  if script.exists():
-    import subprocess
-    from conftest import subprocess_env
-    result = subprocess.run([str(script), "convert", "--help"], capture_output=True, text=True,
+  commands = [[sys.executable, "-m", "beam_tfrecord.cli"]] + ([[str(script)]] if script.exists()
+                                                               else [])
+  for command in commands:
+    result = subprocess.run(command + ["convert", "--help"], capture_output=True, text=True,
                             env=subprocess_env(), timeout=120)
     assert result.returncode == 0 and "--num-shards" in result.stdout
+    result = subprocess.run(command + ["convert", "--format=coco", "--input=missing.json",
+                                       "--output=o"], capture_output=True, text=True,
+                            env=subprocess_env(), timeout=120, cwd=str(REPO / "tests"))
+    assert result.returncode == 2 and "missing.json" in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("module", ["coco_to_tfrecord", "voc_to_tfrecord", "csv_to_tfrecord",
