@@ -41,10 +41,13 @@ def run_dir(output: str, run_id: str) -> str:
   return paths.join(output, f"{RUN_PREFIX}{run_id}")
 
 
+_KILL_AT = os.environ.get("BEAM_TFRECORD_KILL_AT")  # read once: checked for every image
+
+
 def kill_point(point: str) -> None:
-  """Fault injection for the kill tests: BEAM_TFRECORD_KILL_AT=<point> kills the process
-  (SIGKILL, no cleanup) when it reaches that point."""
-  if os.environ.get("BEAM_TFRECORD_KILL_AT") == point:
+  """Fault injection for the kill tests: BEAM_TFRECORD_KILL_AT=<point> in the environment of a
+  process it starts with kills it (SIGKILL, no cleanup) when it reaches that point."""
+  if _KILL_AT == point:
     import signal
     os.kill(os.getpid(), signal.SIGKILL)
 

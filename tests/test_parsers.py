@@ -534,3 +534,26 @@ def test_csv_group_image_reports_inconsistent_sizes(tmp_path):
   anns, errors = _group(tmp_path, [(2, 10, 8, None), (3, 12, 8, None)])
   assert [e.reason for e in errors] == ["inconsistent_size"]
   assert (anns[0].width, anns[0].height) == (None, None)
+
+
+@pytest.mark.parametrize("record", [
+    {"image_id": 3, "category_id": 18, "bbox": [1, 2.5, 3, 4]},
+    {"image_id": 3, "category_id": 18, "bbox": [1, 2, 3, 4], "iscrowd": True, "area": 7},
+    {"image_id": 3, "category_id": 18, "bbox": [1, 2, 3, 4], "iscrowd": 1.0, "area": 7.5},
+    {"image_id": 3.0, "category_id": 18, "bbox": [1, 2, 3, 4]},     # integral float id
+    {"image_id": 3, "category_id": 18, "bbox": (1, 2, 3, 4)},       # not a list: checked path
+    {"image_id": 3, "category_id": 18, "bbox": [1, 2, 3, float("nan")]},
+])
+def test_coco_annotation_fast_path_equals_the_checked_one(record):
+  """annotation_fields checks the usual entry by exact types and sends the rest through
+  _checked_annotation: both must give the same fields for every entry the checks accept."""
+  assert repr(coco.annotation_fields(record)) == repr(coco._checked_annotation(record))
+  assert [type(v) for v in coco.annotation_fields(record)[2]] == [float] * 4
+
+
+@pytest.mark.parametrize("record", [
+    {"id": 1, "file_name": "a.jpg"}, {"id": 1, "file_name": "a.jpg", "width": 3, "height": 4},
+    {"id": 1.0, "file_name": "a.jpg", "width": 3.0}, {"id": 1, "file_name": "a.jpg",
+                                                      "width": None}])
+def test_coco_image_fast_path_equals_the_checked_one(record):
+  assert repr(coco.parse_image(record)) == repr(coco._checked_image(record))
