@@ -187,7 +187,7 @@ def write_shard(task: ShardTask) -> ShardResult:
   anns = unique_files(map(packed.unpack, task.images), errors)
   workers = task.read_ahead or (read_ahead_workers(anns[0].uri) if anns else 0)
   limit = task.options.max_image_bytes  # larger files are rejected from a stat, unread
-  ahead = prefetch(anns, lambda a: fetch(a.uri, limit),
+  ahead = prefetch(anns, lambda a: fetch(a.uri, limit, a.size_bytes),
                    lambda a: min(a.size_bytes or 0, limit), workers, READ_AHEAD_BYTES)
   with _create(partial) as f:
     for ann, fetched in ahead:

@@ -197,3 +197,27 @@ def test_writer_processes_on_gs_write_the_same_shards(emulator, tmp_path):
   want, got = _read_tree(local_out), _read_tree(gs_out)
   shards = sorted(n for n in want if n.endswith(".tfrecord"))
   assert shards and [got[n] for n in shards] == [want[n] for n in shards]
+
+
+def test_gs_reads_are_whole_objects_or_errors(emulator):
+  """encode.read_bytes on gs://: one download per object, the same bytes as Beam's own read;
+  an object over the limit is rejected from its known size without reading, or from at most
+  limit + 1 bytes when the size is unknown; a missing object is `unreadable`."""
+  from beam_tfrecord import encode
+  from beam_tfrecord.model import InputError
+  data = os.urandom(5000)
+  uri = f"gs://{BUCKET}/reads/blob.bin"
+  with FileSystems.create(uri) as f:
+    f.write(data)
+  with FileSystems.open(uri, compression_type="uncompressed") as f:
+    assert f.read() == data
+  assert encode.read_bytes(uri) == data
+  assert encode.read_bytes(uri, size=len(data)) == data
+  assert encode.fetch(uri, 10_000, len(data))[0] == data
+  for size, says in ((None, "more than 4999 bytes"), (len(data), "has 5000 bytes")):
+    with pytest.raises(InputError) as e:
+      encode.read_bytes(uri, limit=4999, size=size)
+    assert e.value.reason == "image_too_large" and says in e.value.message
+  with pytest.raises(InputError) as e:
+    encode.read_bytes(f"gs://{BUCKET}/reads/missing.bin")
+  assert e.value.reason == "unreadable" and "missing.bin" in e.value.message
