@@ -137,7 +137,7 @@ class ShardTask:
   split: str
   shard: int
   num_shards: int
-  images: List[packed.Packed]      # the group's annotations, unpacked by the writer
+  images: List[bytes]              # the group's annotations (packed.BLOB), unpacked here
   label_map: Mapping[str, int]
   options: EncodeOptions
   template: str = sharding.DEFAULT_SHARD_NAME_TEMPLATE

@@ -216,3 +216,20 @@ def test_read_ahead_keeps_the_max_image_bytes_stat_check(tmp_path):
   assert results[1].records is None and \
       [e.reason for e in results[1].errors] == ["image_too_large"]
   assert results[2].records is None and [e.reason for e in results[2].errors] == ["unreadable"]
+
+
+def test_packed_records_carry_the_whole_annotation():
+  """packed.pack: routing fields in front, the annotation as bytes the writer unpacks equal."""
+  from beam_tfrecord import packed
+  with_mask = ANN.replace(objects=ANN.objects + (ObjectAnnotation(
+      "cat", Box(0.1, 0.2, 0.3, 0.4, normalized=True), segmentation="[[1,2,3,4,5,6]]",
+      mask=b"\x89PNG", id=2 ** 40),), labels=("a", "b"))
+  for ann in (ANN, with_mask):
+    p = packed.pack(ann, records=3)
+    assert (p[packed.SPLIT], p[packed.KEY], p[packed.URI], p[packed.SOURCE],
+            p[packed.SOURCE_ID], p[packed.SIZE], p[packed.RECORDS]) == (
+                ann.split, ann.key, ann.uri, ann.source, ann.source_id, ann.size_bytes, 3)
+    assert isinstance(p[packed.BLOB], bytes)
+    assert packed.unpack(p[packed.BLOB]) == ann
+    assert packed.plan_entry(p) == (ann.source, ann.source_id, ann.split, ann.key,
+                                    ann.size_bytes, 1, 3)
