@@ -144,6 +144,7 @@ class ExampleLayout:
     self._keys = sorted(keys)  # deterministic serialization orders map entries by key
     self._prefix = {k: b"\x0a" + _varint(len(k.encode("utf-8"))) + k.encode("utf-8")
                     for k in self._keys}
+    self._key_value = {k: p + b"\x12" for k, p in self._prefix.items()}  # key, value's tag
 
   def serialize(self, features) -> bytes:
     """features: {key: (kind, values)}, keys a subset of the layout's; kinds BYTES/FLOATS/INTS.
@@ -186,9 +187,8 @@ class ExampleLayout:
     """A map entry up to its values: entry tag and length, key, Feature tag and length, the
     list's tag and length (`inner` bytes of values follow)."""
     inner_len = _varint(inner)
-    feature = 1 + len(inner_len) + inner           # Feature: list tag, length, values
-    feature_len = _varint(feature)
-    item = self._prefix[key] + b"\x12" + feature_len + _KIND_TAG[kind] + inner_len
+    item = b"".join((self._key_value[key], _varint(1 + len(inner_len) + inner),  # Feature
+                     _KIND_TAG[kind], inner_len))
     return b"\x0a" + _varint(len(item) + inner) + item
 
 

@@ -20,7 +20,6 @@ from beam_tfrecord import masks
 from beam_tfrecord.model import InputError
 
 import bad_data
-from conftest import run_cli
 
 W, H = 64, 48
 

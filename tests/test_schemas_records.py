@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image, ImageDraw
+from PIL import Image
 
 import bad_data as bd
 
@@ -252,6 +252,7 @@ def test_coco_objects_one_file_named_by_count(dataset, tmp_path):
       [f"file_00-{objects}.tfrec"]
   assert len(read_like_the_keras_example(_files(run.output, "*.tfrec"))) == objects
   again = bd.convert([*args, "--output", str(tmp_path / "b")])  # determinism
+  assert again.code == 0
   assert (tmp_path / "a" / f"file_00-{objects}.tfrec").read_bytes() == \
       (tmp_path / "b" / f"file_00-{objects}.tfrec").read_bytes()
   small = bd.convert([*args[:-2], "--records-per-shard=7",

@@ -6,7 +6,6 @@ real tools lay them out. Every run goes through the CLI on the in-process runner
 from __future__ import annotations
 
 import collections
-from pathlib import Path
 
 import pytest
 

@@ -7,6 +7,7 @@ ijson, emitting small records. Images and their annotations meet in a CoGroupByK
 from __future__ import annotations
 
 import math
+import operator
 import re
 import struct
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -637,6 +638,9 @@ def _duplicate_category(element):
                       message=f"category id {category_id} is named {names}; {names[0]!r} is used")
 
 
+_INDEX = operator.itemgetter(0)
+
+
 def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: bool,
                follow_symlinks: bool = False):
   """((uri, image_id), {'image': [...], 'objects': [chunk, ...]}) -> ImageAnnotation | errors.
@@ -658,7 +662,8 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
     yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
         source=source, stage="parse", reason="duplicate_image_id", level="warning",
         message=f"image id {image_id} appears {len(images)} times; the first is used"))
-  split, image_root, file_name, width, height = sorted(images, key=repr)[0]
+  split, image_root, file_name, width, height = (images[0] if len(images) == 1 else
+                                                 min(images, key=repr))
   try:
     key, image_uri, size = paths.resolve_sized(image_root, file_name, allow_absolute,
                                                follow_symlinks)
@@ -666,8 +671,9 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
     yield beam.pvalue.TaggedOutput("errors", e.record(source, file_name))
     return
   objs: List[ObjectAnnotation] = []
-  for _, category_id, box, is_crowd, area, ann_id, segmentation in sorted(objects,
-                                                                         key=lambda o: o[0]):
+  if len(objects) > 1:
+    objects.sort(key=_INDEX)
+  for _, category_id, box, is_crowd, area, ann_id, segmentation in objects:
     name = categories.get((uri, category_id))
     if name is None:
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
