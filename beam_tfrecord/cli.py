@@ -643,6 +643,8 @@ def console() -> None:
   images had written and reported everything; streams and logging are flushed first, and no
   thread or child process of a finished command is still working."""
   code = main()
+  if not isinstance(code, int):  # None or a message: as sys.exit treats them
+    sys.exit(code)
   logging.shutdown()
   for stream in (sys.stdout, sys.stderr):
     try:
