@@ -171,3 +171,21 @@ def test_nesting_depth_is_counted_like_the_streaming_parser():
   assert _deeper_than(b'{"a": "x\\"["}', MAX_DEPTH)  # unsure: an escaped quote
   assert not _deeper_than(b'{"a": [{"b": []}], "c": {}}', 4)
   assert _deeper_than(b'{"a": [{"b": []}], "c": {}}', 3)
+
+
+@pytest.mark.parametrize("name", ["good", "truncated", "nan", "images_not_array"])
+def test_files_over_the_whole_parse_limit_stream_from_the_bytes_already_read(
+    tmp_path, monkeypatch, name):
+  """The in-worker join reads a file once: over WHOLE_JSON_BYTES, ijson streams on from the
+  bytes read to find that out (coco._ReadOn). Same records as the distributed join."""
+  from beam_tfrecord.sources import coco
+  files = _files(str(tmp_path))
+  distributed = _read(files, name, join_in_worker=False)
+  monkeypatch.setattr(coco, "WHOLE_JSON_BYTES", 100)
+  assert os.path.getsize(files[name]) > 100
+  opened = []
+  real_stream = coco.stream_sections
+  monkeypatch.setattr(coco, "stream_sections",
+                      lambda f, *a, **k: opened.append(type(f)) or real_stream(f, *a, **k))
+  assert _read(files, name, join_in_worker=True) == distributed
+  assert opened and set(opened) <= {coco._ReadOn}

@@ -524,20 +524,38 @@ def _unpack_objects(packed: bytearray) -> List[Tuple]:
 def _all_entries(uri: str, found: set, bad: List[Tuple[str, InputError]]
                  ) -> Iterator[Tuple[str, Any]]:
   """stream_sections(file, SECTIONS, found, bad) of the file at `uri`: through
-  whole_sections when the file is at most WHOLE_JSON_BYTES and it may, else streamed."""
+  whole_sections when the file is at most WHOLE_JSON_BYTES and it may, else streamed. The
+  file is read once either way: streaming goes on from the bytes already read."""
   from apache_beam.io.filesystems import FileSystems
   with FileSystems.open(uri, compression_type="uncompressed") as f:
-    data = f.read(WHOLE_JSON_BYTES + 1)
-  whole = (whole_sections(data, SECTIONS, found, bad) if len(data) <= WHOLE_JSON_BYTES
-           else None)
-  del data
-  if whole is not None:
-    for section, entries in whole:
-      for entry in entries:
-        yield section, entry
-    return
-  with FileSystems.open(uri, compression_type="uncompressed") as f:
-    yield from stream_sections(f, SECTIONS, found=found, bad=bad)
+    head = f.read(WHOLE_JSON_BYTES + 1)
+    whole = (whole_sections(head, SECTIONS, found, bad) if len(head) <= WHOLE_JSON_BYTES
+             else None)
+    if whole is not None:
+      del head
+      for section, entries in whole:
+        for entry in entries:
+          yield section, entry
+      return
+    yield from stream_sections(_ReadOn(head, f), SECTIONS, found=found, bad=bad)
+
+
+class _ReadOn:
+  """A file of which `head` was read already: read() gives those bytes first, then the rest
+  of the file (all that ijson asks of a file)."""
+
+  def __init__(self, head: bytes, rest):
+    self._head, self._at, self._rest = head, 0, rest
+
+  def read(self, size: int = -1) -> bytes:
+    if self._at < len(self._head):
+      end = len(self._head) if size < 0 else self._at + size
+      chunk = self._head[self._at:end]
+      self._at += len(chunk)
+      if self._at >= len(self._head):
+        self._head, self._at = b"", 0  # consumed: not held while the rest streams
+      return chunk + self._rest.read() if size < 0 else chunk
+    return self._rest.read(size)
 
 
 class _JoinFile(_ParseSection):
