@@ -142,9 +142,9 @@ class ExampleLayout:
 
   def __init__(self, keys):
     self._keys = sorted(keys)  # deterministic serialization orders map entries by key
-    self._prefix = {k: b"\x0a" + _varint(len(k.encode("utf-8"))) + k.encode("utf-8")
-                    for k in self._keys}
-    self._key_value = {k: p + b"\x12" for k, p in self._prefix.items()}  # key, value's tag
+    # a map entry's key field, then the tag of its value (the Feature)
+    self._key_value = {k: b"\x0a" + _varint(len(k.encode("utf-8"))) + k.encode("utf-8") +
+                       b"\x12" for k in self._keys}
 
   def serialize(self, features) -> bytes:
     """features: {key: (kind, values)}, keys a subset of the layout's; kinds BYTES/FLOATS/INTS.

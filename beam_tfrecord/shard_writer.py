@@ -116,18 +116,12 @@ def _masked_crc32c(data: bytes) -> int:
 
 def framing(record: bytes) -> Tuple[bytes, bytes]:
   """The bytes before and after `record` in its TFRecord: length and masked CRC32C of the
-  length; masked CRC32C of the data (written around the record, never joined with it: an
-  image-sized copy per record saved)."""
+  length; masked CRC32C of the data (the framing of Beam's _TFRecordUtil.write_record and of
+  tf.io.TFRecordWriter; tested against both). Written around the record, never joined with
+  it: an image-sized copy per record saved."""
   length = struct.pack("<Q", len(record))
   return (length + struct.pack("<I", _masked_crc32c(length)),
           struct.pack("<I", _masked_crc32c(record)))
-
-
-def frame(record: bytes) -> bytes:
-  """One TFRecord: length, masked CRC32C of the length, data, masked CRC32C of the data (the
-  bytes of Beam's _TFRecordUtil.write_record and of tf.io.TFRecordWriter; tested against both)."""
-  head, tail = framing(record)
-  return b"".join((head, record, tail))
 
 
 @dataclasses.dataclass

@@ -341,11 +341,11 @@ def test_processes_for_a_plan():
   assert processes_for(4, 0, 0, 0) == 1
 
 
-def test_frame_is_the_tfrecord_framing_of_beam_and_tensorflow(tmp_path):
+def test_framing_is_the_tfrecord_framing_of_beam_and_tensorflow(tmp_path):
   import io
   import tensorflow as tf
   from apache_beam.io.tfrecordio import _TFRecordUtil
-  from beam_tfrecord.shard_writer import frame
+  from beam_tfrecord.shard_writer import framing
   records = [b"", b"x", bytes(range(256)) * 40]
   beam_bytes = io.BytesIO()
   for record in records:
@@ -354,5 +354,5 @@ def test_frame_is_the_tfrecord_framing_of_beam_and_tensorflow(tmp_path):
   with tf.io.TFRecordWriter(path) as writer:
     for record in records:
       writer.write(record)
-  ours = b"".join(frame(r) for r in records)
+  ours = b"".join(b"".join((framing(r)[0], r, framing(r)[1])) for r in records)
   assert ours == beam_bytes.getvalue() == open(path, "rb").read()

@@ -233,3 +233,31 @@ def test_packed_records_carry_the_whole_annotation():
     assert packed.unpack(p[packed.BLOB]) == ann
     assert packed.plan_entry(p) == (ann.source, ann.source_id, ann.split, ann.key,
                                     ann.size_bytes, 1, 3)
+
+
+def test_a_known_size_saves_object_stores_the_size_lookup(monkeypatch):
+  """encode.read_bytes on an object store other than gs://: with the size PrepareImages looked
+  up, no second lookup; over the limit, rejected from it without reading."""
+  import io
+  from apache_beam.io.filesystems import FileSystems
+  from beam_tfrecord import encode
+  from beam_tfrecord.model import InputError
+  calls = []
+
+  class Store:
+    def size(self, uri):
+      calls.append(("size", uri))
+      return 5
+
+  monkeypatch.setattr(FileSystems, "get_filesystem", staticmethod(lambda uri: Store()))
+  monkeypatch.setattr(FileSystems, "open", staticmethod(
+      lambda uri, compression_type=None: calls.append(("open", uri)) or io.BytesIO(b"12345")))
+  assert encode.read_bytes("s3://b/a.jpg") == b"12345"
+  assert calls == [("size", "s3://b/a.jpg"), ("open", "s3://b/a.jpg")]
+  calls.clear()
+  assert encode.read_bytes("s3://b/a.jpg", size=5) == b"12345"
+  assert calls == [("open", "s3://b/a.jpg")]
+  calls.clear()
+  with pytest.raises(InputError) as e:
+    encode.read_bytes("s3://b/a.jpg", limit=4, size=5)
+  assert e.value.reason == "image_too_large" and calls == []

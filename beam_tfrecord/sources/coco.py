@@ -80,7 +80,8 @@ def annotation_fields(record: Any) -> Tuple[int, int, Tuple[float, float, float,
                                             Optional[float]]:
   """parse_annotation with the box as (x0, y0, x1, y1). The usual entry is checked by exact
   types (bool is not a number here); anything else goes through the checks that name the
-  problem: 80,000 annotations took 0.6 s the careful way on every entry."""
+  problem (80,000 annotations: 2.0 s the careful way on every entry, 0.3 s so, under
+  cProfile)."""
   if type(record) is dict:
     image_id, category_id = record.get("image_id"), record.get("category_id")
     bbox, iscrowd, area = record.get("bbox"), record.get("iscrowd", 0), record.get("area")
