@@ -17,7 +17,9 @@ setup(
     if os.path.exists(os.path.join(HERE, "README.md")) else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["beam_tfrecord", "beam_tfrecord.*", "pipelines"]),
+    # pipelines/ (thin `python -m pipelines.X` entry points) ships in the sdist that Dataflow
+    # stages (MANIFEST.in) but is not installed as a top-level package named `pipelines`
+    packages=find_packages(include=["beam_tfrecord", "beam_tfrecord.*"]),
     install_requires=[
         "apache-beam[gcp]>=2.77,<3",
         "tensorflow>=2.16,<3",

@@ -14,15 +14,18 @@ import sys
 import threading
 import time
 import uuid
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
-from beam_tfrecord import __version__, paths, sharding
-from beam_tfrecord.encode import DEFAULT_MAX_IMAGE_BYTES
+from beam_tfrecord import __version__
+from beam_tfrecord import config as config_mod
+from beam_tfrecord.config import FORMATS, SCHEMAS, SINKS, ConvertConfig
 from beam_tfrecord.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
-from beam_tfrecord.images import DEFAULT_JPEG_QUALITY, DEFAULT_MAX_PIXELS, IMAGE_FORMATS
-from beam_tfrecord.orientation import EXIF_FRAMES
-from beam_tfrecord.pipeline import FORMATS, SCHEMAS, SINKS, ConvertConfig
-from beam_tfrecord.progress import Progress
+from beam_tfrecord.plan import naming, shard_plan
+from beam_tfrecord.storage import paths
+from beam_tfrecord.storage.files import DEFAULT_MAX_IMAGE_BYTES
+from beam_tfrecord.write.images import (DEFAULT_JPEG_QUALITY,
+                                        DEFAULT_MAX_PIXELS, IMAGE_FORMATS)
+from beam_tfrecord.write.orientation import EXIF_FRAMES
 
 DEMO_FORMATS = ("coco", "voc", "csv")
 
@@ -39,9 +42,18 @@ falls back to offline, without its attempt to fetch Prism first).
 """
 
 
-def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = True) -> None:
+def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = True
+                         ) -> List[argparse.Action]:
+  """Adds `convert`'s options to `parser`; returns their actions (the one definition of the
+  options: ConvertConfig is built from their dests, and the Dataflow template's parameters and
+  docs/options.md are checked against them by tests)."""
+  actions: List[argparse.Action] = []
+
+  def add(target, *args, **kwargs) -> None:
+    actions.append(target.add_argument(*args, **kwargs))
+
   if with_format:
-    parser.add_argument("--format", choices=FORMATS, default="auto",
+    add(parser, "--format", choices=FORMATS, default="auto",
                         help="annotation format. auto (default): decided from --input and "
                         "printed ('detected: yolo (data.yaml)'); coco (instances JSON), voc "
                         "(Pascal VOC directory or a folder of LabelImg XMLs), csv (TF Object "
@@ -49,7 +61,7 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                         "yolo (Ultralytics data.yaml or Darknet obj.data), folders (class "
                         "folders: ROOT/CLASS/IMAGE or ROOT/SPLIT/CLASS/IMAGE). A Roboflow "
                         "export directory (train/ valid/ test/) gives one split per folder")
-  parser.add_argument("--input", action="append", required=True, metavar="[SPLIT=]PATH",
+  add(parser, "--input", dest="inputs", action="append", required=True, metavar="[SPLIT=]PATH",
                       help="annotation source; repeat for several. coco: an instances JSON file; "
                       "csv: a CSV file; voc: the VOC directory (Annotations/, JPEGImages/, "
                       "ImageSets/Main/) or a folder of XMLs (searched recursively); yolo: a "
@@ -57,21 +69,21 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       "of the class folders; auto: any of these, or an export directory. "
                       "Prefix SPLIT= to give the file's split, e.g. "
                       "val=annotations/instances_val2017.json. Local paths or gs://, s3:// URIs")
-  parser.add_argument("--images", action="append", default=[], metavar="[SPLIT=]DIR",
+  add(parser, "--images", action="append", default=[], metavar="[SPLIT=]DIR",
                       help="image root that file names in the annotations are relative to; "
                       "repeat with SPLIT= for a root per split. Default: coco/csv, the "
                       "annotation file's directory; voc, VOC/JPEGImages, or beside the XMLs "
                       "for a folder of XMLs (whose <filename> is looked up under DIR, in the "
                       "XML's sub-folder, then directly). yolo and folders find their images "
                       "themselves. File names may not leave this root")
-  parser.add_argument("--output", required=True, metavar="DIR",
+  add(parser, "--output", required=True, metavar="DIR",
                       help="output directory (local or gs://): shards, label_map.pbtxt, "
                       "manifest.json, errors-*.jsonl")
-  parser.add_argument("--label-map", metavar="PBTXT",
+  add(parser, "--label-map", metavar="PBTXT",
                       help="label_map.pbtxt to use for class ids (overrides COCO ids, YOLO's "
                       "index + 1 and the sorted-name default); objects of classes missing from "
                       "it are reported")
-  parser.add_argument("--schema", choices=SCHEMAS,
+  add(parser, "--schema", choices=SCHEMAS,
                       help="record layout. od-api: TF Object Detection API keys (boxes), the "
                       "default for box sources; classification: image/encoded, "
                       "image/class/label (ids 0..N-1 in sorted name order, names in "
@@ -80,112 +92,113 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       "image_raw (the TF TFRecord tutorial; one class per image); coco-objects: "
                       "one record per object (image, path, area, bbox, category_id, id, "
                       "image_id; JPEG)")
-  parser.add_argument("--split", metavar="NAME=FRAC,...",
+  add(parser, "--split", metavar="NAME=FRAC,...",
                       help="assign splits by a hash of each image's key, e.g. "
                       "train=0.8,val=0.1,test=0.1 (deterministic). Default: splits from the "
                       "source (SPLIT= prefixes, VOC ImageSets, a CSV split column), else 'train'")
   shards = parser.add_mutually_exclusive_group()
-  shards.add_argument("--num-shards", type=int, metavar="N",
+  add(shards, "--num-shards", type=int, metavar="N",
                       help="shards per split (capped at the number of images)")
-  shards.add_argument("--shard-size-mb", type=float, metavar="MB",
+  add(shards, "--shard-size-mb", type=float, metavar="MB",
                       help=f"target shard size; shards per split = ceil(image bytes / MB). "
-                      f"Default {sharding.DEFAULT_SHARD_SIZE_MB:g}")
-  shards.add_argument("--records-per-shard", type=int, metavar="N",
+                      f"Default {shard_plan.DEFAULT_SHARD_SIZE_MB:g}")
+  add(shards, "--records-per-shard", type=int, metavar="N",
                       help="fill shards in key order with at most N records each (records, not "
                       "images: per-object schemas write several per image, never split "
                       "across shards)")
-  parser.add_argument("--shard-name-template", metavar="TEMPLATE",
-                      default=sharding.DEFAULT_SHARD_NAME_TEMPLATE,
+  add(parser, "--shard-name-template", metavar="TEMPLATE",
+                      default=naming.DEFAULT_SHARD_NAME_TEMPLATE,
                       help="shard file names, a Python format string with {split}, {index} "
                       "(0-based), {num_shards} and {count} (records in the file). Default "
-                      f"{sharding.DEFAULT_SHARD_NAME_TEMPLATE.replace('%', '%%')!r}. Two "
+                      f"{naming.DEFAULT_SHARD_NAME_TEMPLATE.replace('%', '%%')!r}. Two "
                       "shards of the same name are an error before anything is written")
-  parser.add_argument("--sink", choices=SINKS, default="shards",
+  add(parser, "--sink", choices=SINKS, default="shards",
                       help="shards (default): our writer, flat memory and deterministic "
                       "output; beam: Beam's WriteToTFRecord, for runners with a cheap shuffle")
-  parser.add_argument("--csv-columns", metavar="FIELD=COLUMN,...",
+  add(parser, "--csv-columns", metavar="FIELD=COLUMN,...",
                       help="csv only: map the expected fields (filename, width, height, class, "
                       "xmin, ymin, xmax, ymax, split) to the CSV's own column names, e.g. "
                       "filename=path,class=label. A CSV without box columns is a "
                       "classification listing (one image-level label per row)")
-  parser.add_argument("--bbox-policy", choices=("clip", "drop", "error"), default="clip",
+  add(parser, "--bbox-policy", choices=("clip", "drop", "error"), default="clip",
                       help="boxes partly outside the image: clip them (counted), drop the box, "
                       "or reject the image. Empty, non-finite or fully outside boxes are "
                       "always dropped and reported")
-  parser.add_argument("--allow-absolute-paths", action="store_true",
+  add(parser, "--allow-absolute-paths", action="store_true",
                       help="accept absolute paths / URIs (gs://...) as file names in the "
                       "annotations instead of rejecting them")
-  parser.add_argument("--follow-symlinks", action="store_true",
+  add(parser, "--follow-symlinks", action="store_true",
                       help="accept images that are symlinks to readable files outside the "
                       "image root (symlink farms, exports assembled with ln -s); without it "
                       "they are rejected as symlink_escape")
   policy = parser.add_mutually_exclusive_group()
-  policy.add_argument("--max-error-rate", type=float, metavar="R",
+  add(policy, "--max-error-rate", type=float, metavar="R",
                       help="fail (exit code 3, after writing the error report) when rejected "
                       "inputs per image seen exceed R (0..1). Warnings, such as a wrong "
                       "annotated size, do not count. Default: never fail on bad input")
-  policy.add_argument("--strict", action="store_true",
+  add(policy, "--strict", action="store_true",
                       help="same as --max-error-rate 0: any rejected input fails the run")
-  parser.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, metavar="N",
+  add(parser, "--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, metavar="N",
                       help="reject images whose header declares more pixels than N, before "
                       f"decoding anything (decompression bombs). Default {DEFAULT_MAX_PIXELS}")
-  parser.add_argument("--exif-frame", choices=EXIF_FRAMES, default="auto",
+  add(parser, "--exif-frame", choices=EXIF_FRAMES, default="auto",
                       help="photos with an EXIF orientation are written upright; this says which "
                       "frame their boxes are in: displayed (as viewers show it), stored (raw "
                       "pixels), or auto: stored when the annotated width/height match the raw "
                       "size only, else displayed")
-  parser.add_argument("--verify-images", action="store_true",
+  add(parser, "--verify-images", action="store_true",
                       help="fully decode every JPEG/PNG to reject corrupt ones (slower); by "
                       "default only the header and the end marker are checked")
-  parser.add_argument("--feature-names", metavar="OLD=NEW,...",
+  add(parser, "--feature-names", metavar="OLD=NEW,...",
                       help="rename keys of the schema, e.g. depth=channels,image_raw=image "
                       "(the TF1 writers' names); manifest.json records the final names")
-  parser.add_argument("--include-masks", action="store_true",
+  add(parser, "--include-masks", action="store_true",
                       help="coco, yolo: rasterize each object's segmentation (COCO polygons or "
                       "RLE, crowd regions included; YOLO segmentation polygons) into "
                       "image/object/mask (od-api), one PNG of 0/1 at the image's size per "
                       "object, as the official converter's --include_masks does")
   size = parser.add_mutually_exclusive_group()
-  size.add_argument("--max-side", type=int, metavar="N",
+  add(size, "--max-side", type=int, metavar="N",
                     help="scale images down (aspect ratio kept) so that the longest side is at "
                     "most N pixels; smaller images are left as they are")
-  size.add_argument("--resize", metavar="WxH",
+  add(size, "--resize", metavar="WxH",
                     help="stretch every image to W x H pixels (like Roboflow's resize). Boxes "
                     "stay correct: normalized ones are unchanged, pixel values are scaled")
-  parser.add_argument("--image-format", choices=IMAGE_FORMATS, default="keep",
+  add(parser, "--image-format", choices=IMAGE_FORMATS, default="keep",
                       help="keep (default: JPEG/PNG as they are, other formats as PNG), jpeg or "
                       "png. Images already in the format and within the size limits are "
                       "copied byte for byte")
-  parser.add_argument("--jpeg-quality", type=int, default=DEFAULT_JPEG_QUALITY, metavar="Q",
+  add(parser, "--jpeg-quality", type=int, default=DEFAULT_JPEG_QUALITY, metavar="Q",
                       help=f"quality of JPEGs this tool encodes (1-100, default "
                       f"{DEFAULT_JPEG_QUALITY}); copied JPEGs keep theirs")
-  parser.add_argument("--max-image-bytes", type=int, default=DEFAULT_MAX_IMAGE_BYTES,
+  add(parser, "--max-image-bytes", type=int, default=DEFAULT_MAX_IMAGE_BYTES,
                       metavar="N", help="reject image files larger than N bytes (checked with a "
                       f"stat, before reading). Default {DEFAULT_MAX_IMAGE_BYTES} (256 MB)")
-  parser.add_argument("--writer-processes", type=int, default=0, metavar="N",
+  add(parser, "--writer-processes", type=int, default=0, metavar="N",
                       help="processes that write shards (each shard by one, so the output "
                       "bytes do not depend on N). Default 0: when Beam runs in this process (the "
                       "default local runner) and the images are local, one per core, but no "
                       "more than one per 1,000 images or per shard; else 1 (distributed runners "
                       "and Beam's multi-worker modes spread shards over their own workers). A "
                       "number given is used as given, up to one per shard")
-  parser.add_argument("--image-sets", metavar="SET,...",
+  add(parser, "--image-sets", metavar="SET,...",
                       help="voc only: the ImageSets/Main lists to use as splits, e.g. "
                       "train,val,test. Default: every list; a union list (trainval) is not a "
                       "split when its parts are there, and with only train and trainval, "
                       "val = trainval - train")
-  parser.add_argument("--overwrite", action="store_true",
+  add(parser, "--overwrite", action="store_true",
                       help="replace an earlier run in the output directory, once the new run "
                       "has succeeded. Only files that run's manifest.json lists are replaced; "
                       "a directory holding anything else is refused (exit 2)")
-  parser.add_argument("--break-lock", action="store_true",
+  add(parser, "--break-lock", action="store_true",
                       help="take over the output's lock (.beam-tfrecord-lock) left by a run "
                       "that died; a live run's lock on this host is never broken")
-  parser.add_argument("--if-changed", action="store_true",
+  add(parser, "--if-changed", action="store_true",
                       help="for scheduled runs: skip (exit 0) when the sources (annotation files, "
                       "image listing: names, sizes, modification times) and settings equal the "
                       "fingerprint in the output's last successful manifest.json; otherwise "
                       "convert, replacing that earlier run")
+  return actions
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -246,7 +259,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _beam_parser() -> argparse.ArgumentParser:
   """A parser that knows every Beam pipeline option (as PipelineOptions collects them)."""
-  from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+  from apache_beam.options.pipeline_options import (PipelineOptions,
+                                                    _BeamArgumentParser)
   parser = _BeamArgumentParser(allow_abbrev=False)
   seen, todo = set(), list(PipelineOptions.__subclasses__())
   while todo:
@@ -262,9 +276,11 @@ def _beam_parser() -> argparse.ArgumentParser:
   return parser
 
 
-def check_beam_args(beam_args: Sequence[str], own: argparse.ArgumentParser) -> None:
+def check_beam_args(beam_args: Sequence[str]) -> None:
   """Options that neither this tool nor Beam knows are errors, with a 'did you mean'."""
   import difflib
+  if not beam_args:
+    return  # nothing to look up: --help and the read-only commands never import Beam
   try:
     _, unknown = _beam_parser().parse_known_args(list(beam_args))
   except SystemExit:
@@ -274,19 +290,12 @@ def check_beam_args(beam_args: Sequence[str], own: argparse.ArgumentParser) -> N
     raise UsageError(f"unrecognized arguments: {' '.join(unknown)}")
   if not flags:
     return
-  ours = sorted({o for a in _convert_actions(own) for o in a.option_strings if o.startswith("--")})
+  ours = sorted({o for a in convert_options() for o in a.option_strings if o.startswith("--")})
   flag = flags[0]
   close = difflib.get_close_matches(flag.replace("_", "-").lower(), ours, n=1, cutoff=0.6)
   hint = f"; did you mean {close[0]}?" if close else "; see `beam-tfrecord convert --help`"
   raise UsageError(f"unknown option {flag} (neither beam-tfrecord nor Apache Beam knows it)"
                    + hint)
-
-
-def _convert_actions(parser: argparse.ArgumentParser):
-  for action in parser._actions:
-    if isinstance(action, argparse._SubParsersAction):
-      return action.choices["convert"]._actions
-  return parser._actions
 
 
 @contextlib.contextmanager
@@ -337,14 +346,15 @@ def _terminate_as_exit():
 def _building_only(options) -> bool:
   """True when the run only builds a job (Dataflow --dry_run, a template): no input is read
   and no output written here."""
-  from apache_beam.options.pipeline_options import GoogleCloudOptions, TestOptions
+  from apache_beam.options.pipeline_options import (GoogleCloudOptions,
+                                                    TestOptions)
   return bool(options.view_as(TestOptions).dry_run or
               options.view_as(GoogleCloudOptions).template_location)
 
 
 def _run_manifest(output: str, run_id: str):
   """This run's manifest: in the output when it replaced it, else in its run directory."""
-  from beam_tfrecord import output as outputs
+  from beam_tfrecord.finalize import output as outputs
   for uri in (paths.join(outputs.run_dir(output, run_id), outputs.MANIFEST),
               paths.join(output, outputs.MANIFEST)):
     try:
@@ -366,10 +376,12 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
   """
   import apache_beam as beam
   from apache_beam.options.pipeline_options import PipelineOptions
-  from beam_tfrecord import lock as locks
-  from beam_tfrecord import output as outputs
-  from beam_tfrecord import pipeline as pipeline_mod
-  from beam_tfrecord import preflight
+
+  from beam_tfrecord import pipeline
+  from beam_tfrecord.finalize import lock as locks
+  from beam_tfrecord.finalize import output as outputs
+  from beam_tfrecord.finalize.progress import Progress
+  from beam_tfrecord.sources import registry
 
   options = PipelineOptions(list(beam_args))
   standard = options.view_as(beam.options.pipeline_options.StandardOptions)
@@ -386,14 +398,14 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
           file=sys.stderr)
   building_only = _building_only(options)
   if not building_only:
-    preflight.check(config)
+    registry.check(config)
     outputs.check_ownership(config.output, config.overwrite,
-                            pipeline_mod.input_paths(config))
+                            config_mod.input_paths(config))
   run_id = uuid.uuid4().hex
   with _private_tempdir(), _terminate_as_exit():
     p = beam.Pipeline(options=options)
     try:
-      pipeline_mod.build(p, config, argv, run_id)
+      pipeline.build(p, config, argv, run_id)
     except ValueError as e:
       raise UsageError(str(e)) from None
     if building_only:
@@ -408,7 +420,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
       if repaired:
         print(f"beam-tfrecord: {config.output}: {repaired}", file=sys.stderr)
       outputs.check_ownership(config.output, config.overwrite,
-                              pipeline_mod.input_paths(config))
+                              config_mod.input_paths(config))
       outputs.remove_leftovers(config.output, keep=[outputs.LOCK])
       with Progress(outputs.run_dir(config.output, run_id)), _startup_frozen():
         try:
@@ -443,8 +455,8 @@ def _startup_frozen():
 
 def _report(config: ConvertConfig, run_id: str, seconds: float, created: bool) -> int:
   """Print the summary and the outcome of a finished local run; its exit code."""
-  from beam_tfrecord import output as outputs
-  from beam_tfrecord.pipeline import OUTCOMES
+  from beam_tfrecord.finalize import output as outputs
+  from beam_tfrecord.finalize.manifest import OUTCOMES
   manifest = _run_manifest(config.output, run_id)
   if manifest is None:
     print(f"beam-tfrecord: the pipeline finished without writing its manifest; "
@@ -479,7 +491,8 @@ def _wait(result, options):
   a template (--template_location, also how Flex Templates launch) or --dry_run only built
   the job, and --no_wait_until_finish submits without waiting.
   """
-  from apache_beam.options.pipeline_options import (GoogleCloudOptions, StandardOptions,
+  from apache_beam.options.pipeline_options import (GoogleCloudOptions,
+                                                    StandardOptions,
                                                     TestOptions)
   if getattr(result, "has_job", False):
     gcp = options.view_as(GoogleCloudOptions)
@@ -503,20 +516,23 @@ def _wait(result, options):
     return state if state is not None else "FAILED"
 
 
+# convert options that say how to run, not what to convert: not ConvertConfig fields
+RUN_OPTIONS = ("strict", "break_lock", "if_changed")
+
+
+def convert_options() -> List[argparse.Action]:
+  """The actions of `beam-tfrecord convert`'s own options, in --help order."""
+  return _add_convert_options(_Parser(prog="beam-tfrecord convert"))
+
+
 def _config(args: argparse.Namespace) -> ConvertConfig:
-  return ConvertConfig(
-      format=args.format, inputs=args.input, output=args.output, images=args.images,
-      label_map=args.label_map, split=args.split, num_shards=args.num_shards,
-      shard_size_mb=args.shard_size_mb, sink=args.sink, csv_columns=args.csv_columns,
-      bbox_policy=args.bbox_policy, allow_absolute_paths=args.allow_absolute_paths,
-      overwrite=args.overwrite, max_error_rate=0.0 if args.strict else args.max_error_rate,
-      max_pixels=args.max_pixels, exif_frame=args.exif_frame, verify_images=args.verify_images,
-      max_image_bytes=args.max_image_bytes, image_sets=args.image_sets,
-      schema=args.schema, follow_symlinks=args.follow_symlinks,
-      include_masks=args.include_masks, max_side=args.max_side, resize=args.resize,
-      image_format=args.image_format, jpeg_quality=args.jpeg_quality,
-      records_per_shard=args.records_per_shard, shard_name_template=args.shard_name_template,
-      feature_names=args.feature_names, writer_processes=args.writer_processes)
+  """The ConvertConfig of parsed `convert` options: each option's dest is a field's name."""
+  import dataclasses
+  values = {f.name: getattr(args, f.name) for f in dataclasses.fields(ConvertConfig)
+            if hasattr(args, f.name)}
+  if args.strict:
+    values["max_error_rate"] = 0.0
+  return ConvertConfig(**values)
 
 
 def _demo(args, beam_args: Sequence[str]) -> int:
@@ -535,10 +551,10 @@ def _demo(args, beam_args: Sequence[str]) -> int:
                          overwrite=True)
   code = run_convert(config, beam_args, ["demo", "--format", args.format])
   if code == 0:
-    from beam_tfrecord import verify
+    from beam_tfrecord.readback import verify
     code = verify.run(config.output)
   if code == 0:
-    from beam_tfrecord import show
+    from beam_tfrecord.readback import show
     picture = os.path.join(args.output, "show.png")
     grid = show.show(config.output, n=12)
     grid.save(picture)
@@ -548,7 +564,7 @@ def _demo(args, beam_args: Sequence[str]) -> int:
 
 
 def _show(args) -> int:
-  from beam_tfrecord import show
+  from beam_tfrecord.readback import show
   if args.n < 1:
     print("beam-tfrecord: -n must be at least 1", file=sys.stderr)
     return 2
@@ -566,34 +582,34 @@ def _show(args) -> int:
   return 0
 
 
-def _unchanged(config: ConvertConfig) -> bool:
-  """--if-changed: True (skip) when the sources match the output's last successful run; else
-  record the fingerprint in config (for manifest.json) and let the run replace that output."""
-  from beam_tfrecord import fingerprint
+def _unchanged(config: ConvertConfig) -> Optional[ConvertConfig]:
+  """--if-changed: None (skip) when the sources match the output's last successful run; else
+  the config with the fingerprint recorded (for manifest.json), set to replace that output."""
+  import dataclasses
+
+  from beam_tfrecord.finalize import fingerprint
   current = fingerprint.compute(config)
   manifest, last = fingerprint.recorded(config.output)
   if fingerprint.same(current, last):
     print(f"beam-tfrecord: skipped, sources unchanged since the run of "
           f"{manifest.get('created')} in {config.output} ({current['files']} files, "
           f"fingerprint {current['sha256'][:12]})")
-    return True
-  config.source_fingerprint = current
-  if manifest is not None:
-    config.overwrite = True  # an earlier run of ours: replace it (once this one succeeds)
-  return False
+    return None
+  # an earlier run of ours is replaced (once this one succeeds)
+  return dataclasses.replace(config, source_fingerprint=current,
+                             overwrite=config.overwrite or manifest is not None)
 
 
 def _resolve(config: ConvertConfig) -> ConvertConfig:
   """--format auto decided (and printed) and the schema chosen before anything runs; raises
   UsageError for what is wrong with the input."""
   import dataclasses
-  from beam_tfrecord import pipeline as pipeline_mod
   if config.format == "auto":
-    from beam_tfrecord import detect
+    from beam_tfrecord.sources import detect
     found = detect.detect(config.inputs)
     print(found.line(), flush=True)
     config = dataclasses.replace(config, format=found.format, inputs=list(found.inputs))
-  return pipeline_mod.resolve(config)
+  return config_mod.resolve(config)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -614,7 +630,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
   args, beam_args = parser.parse_known_args(argv)
   if args.command not in ("convert", "demo") and beam_args:
     parser.error(f"unrecognized arguments: {' '.join(beam_args)}")
-  check_beam_args(beam_args, parser)
+  check_beam_args(beam_args)
   logging.getLogger("apache_beam").setLevel(logging.WARNING)
   if args.command == "convert":
     config = _config(args)
@@ -623,14 +639,16 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     except ValueError as e:
       raise UsageError(str(e)) from None
     config = _resolve(config)
-    if args.if_changed and _unchanged(config):
-      return EXIT_OK
+    if args.if_changed:
+      config = _unchanged(config)
+      if config is None:
+        return EXIT_OK
     return run_convert(config, beam_args, argv, break_lock=args.break_lock)
   if args.command == "demo":
     return _demo(args, beam_args)
-  from beam_tfrecord import verify
+  from beam_tfrecord.readback import verify
   if args.command == "inspect":
-    from beam_tfrecord import stats
+    from beam_tfrecord.readback import stats
     return stats.inspect_command(args.output, as_json=args.json, plot_path=args.plot)
   if args.command == "show":
     return _show(args)

@@ -1,53 +1,12 @@
-"""Read an output directory back as a parsed tf.data.Dataset, feature spec from the manifest."""
-from __future__ import annotations
+"""The consumer's API, at the import path every dataset card prints:
 
-from typing import Dict, Optional
+    from beam_tfrecord import reader
+    dataset = reader.load("OUTPUT", "train")   # a tf.data.Dataset of parsed examples
 
-from beam_tfrecord import output as outputs
-from beam_tfrecord import paths
+The implementation lives with the rest of the read-back stage (readback/reader.py); this
+module keeps the public path stable.
+"""
+from beam_tfrecord.readback.reader import (feature_description, load,
+                                           shard_files, show)
 
-
-def feature_description(manifest: Dict) -> Dict:
-  """The `features` of manifest.json as tf.io feature specs (fixed -> FixedLen, var -> VarLen)."""
-  import tensorflow as tf
-  result = {}
-  for key, spec in manifest["features"].items():
-    dtype = {"string": tf.string, "int64": tf.int64, "float32": tf.float32}[spec["dtype"]]
-    result[key] = (tf.io.FixedLenFeature([], dtype) if spec["kind"] == "fixed"
-                   else tf.io.VarLenFeature(dtype))
-  return result
-
-
-def shard_files(output: str, split: str, manifest: Optional[Dict] = None):
-  manifest = manifest or outputs.read_manifest(output)
-  return [paths.join(output, s["path"]) for s in manifest["splits"][split]["shards"]]
-
-
-def load(output: str, split: str = "train", dense: bool = True):
-  """tf.data.Dataset of dicts {feature key: tensor} for one split, in shard order.
-
-  Per-object features are VarLen (SparseTensor); with dense=True they are turned into dense
-  1-D tensors, so `example['image/object/bbox/xmin']` is a plain vector.
-  """
-  import tensorflow as tf
-  manifest = outputs.read_manifest(output)
-  if split not in manifest["splits"]:
-    raise KeyError(f"split {split!r} not in {output}; it has {sorted(manifest['splits'])}")
-  spec = feature_description(manifest)
-
-  def parse(record):
-    parsed = tf.io.parse_single_example(record, spec)
-    if dense:
-      parsed = {k: tf.sparse.to_dense(v) if isinstance(v, tf.SparseTensor) else v
-                for k, v in parsed.items()}
-    return parsed
-
-  files = shard_files(output, split, manifest)
-  return tf.data.TFRecordDataset(files).map(parse)
-
-
-def show(output: str, split: Optional[str] = None, n: int = 16, seed: int = 0):
-  """A PIL image of n examples of one split drawn from the records (boxes with class names,
-  masks, classification captions); it displays inline in a notebook. See show.py."""
-  from beam_tfrecord import show as shows
-  return shows.show(output, split=split, n=n, seed=seed)
+__all__ = ["feature_description", "load", "shard_files", "show"]

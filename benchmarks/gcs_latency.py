@@ -143,10 +143,12 @@ def _digest(directory: str) -> str:
 
 
 def _convert(args: Sequence[str], remote_read_ahead: Optional[int]) -> float:
-  from beam_tfrecord import cli, pipeline, shard_writer as sink
-  saved = sink.REMOTE_READ_AHEAD, pipeline.REMOTE_LOCATE_THREADS
+  from beam_tfrecord import cli
+  from beam_tfrecord.prepare import locate
+  from beam_tfrecord.write import shard_writer as sink
+  saved = sink.REMOTE_READ_AHEAD, locate.REMOTE_LOCATE_THREADS
   if remote_read_ahead is not None:
-    sink.REMOTE_READ_AHEAD = pipeline.REMOTE_LOCATE_THREADS = remote_read_ahead
+    sink.REMOTE_READ_AHEAD = locate.REMOTE_LOCATE_THREADS = remote_read_ahead
   try:
     start = time.perf_counter()
     code = cli.main(list(args))
@@ -154,7 +156,7 @@ def _convert(args: Sequence[str], remote_read_ahead: Optional[int]) -> float:
       raise RuntimeError(f"convert exited {code}")
     return time.perf_counter() - start
   finally:
-    sink.REMOTE_READ_AHEAD, pipeline.REMOTE_LOCATE_THREADS = saved
+    sink.REMOTE_READ_AHEAD, locate.REMOTE_LOCATE_THREADS = saved
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -195,7 +197,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f.read()
         results["serial"].append(time.perf_counter() - start)
         # the shard writer's own read path (encode.fetch through prefetch), without Beam
-        from beam_tfrecord import encode, prefetch, shard_writer as sink
+        from beam_tfrecord.storage import prefetch
+        from beam_tfrecord.write import encode
+        from beam_tfrecord.write import shard_writer as sink
         sizes = {n: os.path.getsize(os.path.join(data.images_dir, n)) for n in names}
         start = time.perf_counter()
         for _, result in prefetch.prefetch(names, lambda n: encode.fetch(f"{root}/{n}"),

@@ -76,7 +76,7 @@ def plain_pillow(path: str) -> Tuple[int, int, int]:
 
 
 def ours(path: str) -> Tuple[int, int, int]:
-  from beam_tfrecord import images
+  from beam_tfrecord.write import images
   with open(path, "rb") as f:
     data = f.read()
   prepared = images.prepare(data, pre=images.Preprocess(

@@ -2,7 +2,7 @@
 the sinks and the manifest take schemas that write several records per image (or none)."""
 from __future__ import annotations
 
-from beam_tfrecord import protos
+from beam_tfrecord.records import protos
 from beam_tfrecord.schemas import Encoded
 from beam_tfrecord.schemas.od_api import _bytes, _ints
 

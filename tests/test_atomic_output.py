@@ -6,11 +6,12 @@ import os
 import re
 import shutil
 
+import bad_data as bd
 import pytest
 
-import bad_data as bd
 from beam_tfrecord import cli
-from beam_tfrecord import shard_writer
+from beam_tfrecord.plan import shard_plan
+from beam_tfrecord.write import shard_writer
 
 IMAGES = 8
 SHARD_NAME = re.compile(r"^[A-Za-z0-9_.-]+-\d{5}-of-\d{5}\.tfrecord$")
@@ -286,15 +287,14 @@ def test_died_in_finalize_leaves_no_manifest(ds, tmp_path, monkeypatch):
 def test_records_lost_by_the_runner_fail_the_run(ds, tmp_path, monkeypatch):
   """If fewer images reach the writer than were planned (Beam's multi_threading mode lost
   records under load in our benchmarks), the run must fail, not finish incomplete."""
-  from beam_tfrecord import sharding
-  real = sharding.plan_split
+  real = shard_plan.plan_split
 
   def one_more(*args, **kwargs):
     import dataclasses
     plan = real(*args, **kwargs)
     return dataclasses.replace(plan, count=plan.count + 1)  # as if one record vanished
 
-  monkeypatch.setattr(sharding, "plan_split", one_more)
+  monkeypatch.setattr(shard_plan, "plan_split", one_more)
   output = str(tmp_path / "out")
   run = bd.convert(args(ds, output, "--num-shards", "2"))
   assert run.code == 1  # a runner failure
@@ -312,7 +312,8 @@ _SUBMITTED = []
 def test_writer_processes_write_the_bytes_one_writer_writes(ds, reshard, tmp_path, monkeypatch):
   """Shards handed to writer processes (3 asked for, 2 shards: 2 start) come out byte for byte
   as written in the runner's own process, and read back alike."""
-  from beam_tfrecord import shard_writer, sink
+  from beam_tfrecord.write import shard_writer
+  from beam_tfrecord.write import transform as sink
 
   class Spy(shard_writer.WriterPool):
     def submit(self, task):
@@ -333,7 +334,7 @@ def test_writer_processes_write_the_bytes_one_writer_writes(ds, reshard, tmp_pat
 
 
 def test_processes_for_a_plan():
-  from beam_tfrecord.shard_writer import processes_for
+  from beam_tfrecord.write.shard_writer import processes_for
   assert processes_for(2, 20_000, 12, 1000) == 2
   assert processes_for(2, 1_500, 12, 1000) == 1      # too few images to pay for a start
   assert processes_for(8, 20_000, 3, 1000) == 3      # never more than shards
@@ -343,9 +344,11 @@ def test_processes_for_a_plan():
 
 def test_framing_is_the_tfrecord_framing_of_beam_and_tensorflow(tmp_path):
   import io
+
   import tensorflow as tf
   from apache_beam.io.tfrecordio import _TFRecordUtil
-  from beam_tfrecord.shard_writer import framing
+
+  from beam_tfrecord.write.shard_writer import framing
   records = [b"", b"x", bytes(range(256)) * 40]
   beam_bytes = io.BytesIO()
   for record in records:

@@ -6,12 +6,12 @@ import json
 import os
 import shutil
 
-import pytest
-
 import layouts
+import pytest
 from bad_data import RUNNER, Coco, convert, jpeg
-from beam_tfrecord import detect
+
 from beam_tfrecord.errors import EXIT_USAGE, UsageError
+from beam_tfrecord.sources import detect
 
 NAMES = ["cat", "dog", "person"]
 

@@ -11,14 +11,14 @@ import io
 import json
 import os
 
+import bad_data as bd
 import numpy as np
 import pytest
 from PIL import Image
 
-import bad_data as bd
-from beam_tfrecord import images as images_mod
-from beam_tfrecord import paths
-from beam_tfrecord.model import LEVELS, STAGES, InputError
+from beam_tfrecord.records.model import LEVELS, STAGES, InputError
+from beam_tfrecord.storage import paths
+from beam_tfrecord.write import images as images_mod
 
 GOOD = (1, [4, 4, 20, 16])          # (category_id, COCO bbox) inside every 64x48 test image
 DROP = object()                     # marks a field to leave out of a COCO entry
@@ -602,7 +602,7 @@ def test_coco_unicode_class_names(coco_main, tmp_path):
   with open(os.path.join(run.output, "label_map.pbtxt"), encoding="utf-8") as f:
     text = f.read()
   assert "café ☕" in text  # raw UTF-8, not octal escapes
-  from beam_tfrecord import label_map
+  from beam_tfrecord.prepare import label_map
   parsed = label_map.parse(text)
   assert parsed["café ☕"] == 3 and parsed['猫 "neko"'] == 4
   assert run.manifest["label_map"]["café ☕"] == 3

@@ -1,7 +1,6 @@
 """The command line: help texts, the pipelines/ entry points, the demo, output-directory rules."""
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import io
@@ -13,12 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import (REPO, check_all_images, check_manifest, read_output,
+                      run_cli, run_python)
 from PIL import Image
 
 from beam_tfrecord import cli
-
-from conftest import (REPO, check_all_images, check_manifest, read_output, run_cli,
-                      run_python)
 
 CONVERT_OPTIONS = ("--format", "--input", "--images", "--output", "--label-map", "--split",
                    "--num-shards", "--shard-size-mb", "--sink", "--csv-columns", "--bbox-policy",
@@ -47,10 +45,7 @@ def test_convert_help_mentions_every_option():
   # Beam's own options are passed through, and the help says so
   assert "--runner" in text and "--direct_num_workers" in text
   # every option the parser knows is documented, not only the ones listed above
-  parser = cli.make_parser()
-  convert = next(a for a in parser._actions
-                 if isinstance(a, argparse._SubParsersAction)).choices["convert"]
-  for action in convert._actions:
+  for action in cli.convert_options():
     for option in action.option_strings:
       if option.startswith("--"):
         assert option in text, option
@@ -77,6 +72,7 @@ def test_console_script_entry_point():
   assert match, "no beam-tfrecord console script in setup.py"
   assert getattr(importlib.import_module(match.group(1)), match.group(2)) is cli.console
   import subprocess
+
   from conftest import subprocess_env
   script = Path(sys.executable).parent / "beam-tfrecord"  # installed by `pip install -e .`
   commands = [[sys.executable, "-m", "beam_tfrecord.cli"]] + ([[str(script)]] if script.exists()
@@ -161,7 +157,8 @@ def test_voc_and_csv_pipeline_modules(fmt, small_dataset, tmp_path):
 def test_yolo_and_folders_pipeline_modules(small_dataset, tmp_path):
   """The entry points the Airflow DAG runs for --format yolo and folders fix the format."""
   import layouts
-  from beam_tfrecord.reader import load
+
+  from beam_tfrecord.readback.reader import load
   yolo = importlib.import_module("pipelines.yolo_to_tfrecord")
   yaml_path = layouts.write_ultralytics(small_dataset.images, small_dataset.image_dir,
                                         tmp_path / "yolo")

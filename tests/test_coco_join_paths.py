@@ -8,10 +8,9 @@ import os
 import apache_beam as beam
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
+from bad_data import jpeg
 
 from beam_tfrecord.sources.coco import ReadCoco
-
-from bad_data import jpeg
 
 
 def _write(root, name: str, doc) -> str:

@@ -11,28 +11,31 @@ import re
 import string
 
 import pytest
+from conftest import run_python
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from beam_tfrecord import boxes, images, label_map, paths, protos, sharding
-from beam_tfrecord.model import Box, ImageAnnotation, InputError, ObjectAnnotation
+from beam_tfrecord.plan import naming, shard_plan
+from beam_tfrecord.prepare import label_map, splitting
+from beam_tfrecord.records import boxes, protos
+from beam_tfrecord.records.model import (Box, ImageAnnotation, InputError,
+                                         ObjectAnnotation)
 from beam_tfrecord.schemas import od_api
-
-from conftest import run_python
-
+from beam_tfrecord.storage import paths
+from beam_tfrecord.write import images
 
 # =============================================================================================
 # sharding
 # =============================================================================================
 
 def test_parse_split_fractions_valid():
-  assert sharding.parse_split_fractions("train=0.8,val=0.2") == {"train": 0.8, "val": 0.2}
-  parsed = sharding.parse_split_fractions(" train = 0.7 , val=0.2,test=0.1 ")
+  assert splitting.parse_split_fractions("train=0.8,val=0.2") == {"train": 0.8, "val": 0.2}
+  parsed = splitting.parse_split_fractions(" train = 0.7 , val=0.2,test=0.1 ")
   assert list(parsed) == ["train", "val", "test"]  # order kept: it decides the hash ranges
   assert parsed == pytest.approx({"train": 0.7, "val": 0.2, "test": 0.1})
-  assert sharding.parse_split_fractions("all=1") == {"all": 1.0}
-  assert sharding.parse_split_fractions("train=1.0,val=0") == {"train": 1.0, "val": 0.0}
+  assert splitting.parse_split_fractions("all=1") == {"all": 1.0}
+  assert splitting.parse_split_fractions("train=1.0,val=0") == {"train": 1.0, "val": 0.0}
 
 
 @pytest.mark.parametrize("text,match", [
@@ -49,50 +52,50 @@ def test_parse_split_fractions_valid():
 ])
 def test_parse_split_fractions_errors(text, match):
   with pytest.raises(ValueError, match=match):
-    sharding.parse_split_fractions(text)
+    splitting.parse_split_fractions(text)
 
 
 @pytest.mark.parametrize("text", ["../escape=1.0", "a/b=1.0"])
 def test_parse_split_fractions_rejects_names_that_are_not_file_names(text):
   with pytest.raises(ValueError):
-    sharding.parse_split_fractions(text)
+    splitting.parse_split_fractions(text)
 
 
 def test_hash_unit_range_and_stability():
-  values = [sharding.hash_unit(f"img_{i}.jpg") for i in range(1000)]
+  values = [splitting.hash_unit(f"img_{i}.jpg") for i in range(1000)]
   assert all(0.0 <= v < 1.0 for v in values)
   # defined by the key's SHA-256, so the same on every machine and Python process
   digest = hashlib.sha256("grå.jpg".encode("utf-8")).digest()
-  assert sharding.hash_unit("grå.jpg") == int.from_bytes(digest[:8], "big") / 2.0**64
+  assert splitting.hash_unit("grå.jpg") == int.from_bytes(digest[:8], "big") / 2.0**64
 
 
 def test_split_for_key_close_to_fractions_on_10k_keys():
   fractions = {"train": 0.8, "val": 0.1, "test": 0.1}
   keys = [f"images/{i:06d}.jpg" for i in range(10_000)]
-  counts = collections.Counter(sharding.split_for_key(k, fractions) for k in keys)
+  counts = collections.Counter(splitting.split_for_key(k, fractions) for k in keys)
   assert set(counts) == set(fractions)
   for name, fraction in fractions.items():
     sigma = math.sqrt(fraction * (1 - fraction) / len(keys))
     assert abs(counts[name] / len(keys) - fraction) < 4 * sigma, counts
   # deterministic: same answer again, and independent of the order keys are seen in
-  assert [sharding.split_for_key(k, fractions) for k in reversed(keys)] == \
-      [sharding.split_for_key(k, fractions) for k in keys][::-1]
+  assert [splitting.split_for_key(k, fractions) for k in reversed(keys)] == \
+      [splitting.split_for_key(k, fractions) for k in keys][::-1]
 
 
 def test_split_for_key_degenerate_fractions():
   keys = [str(i) for i in range(500)]
-  assert {sharding.split_for_key(k, {"train": 1.0, "val": 0.0}) for k in keys} == {"train"}
-  assert {sharding.split_for_key(k, {"train": 0.0, "val": 1.0}) for k in keys} == {"val"}
+  assert {splitting.split_for_key(k, {"train": 1.0, "val": 0.0}) for k in keys} == {"train"}
+  assert {splitting.split_for_key(k, {"train": 0.0, "val": 1.0}) for k in keys} == {"val"}
 
 
 def test_split_for_key_same_in_other_processes():
   """Split assignment may not depend on Python's per-process hash seed."""
   keys = [f"k{i}" for i in range(300)] + ["grå.jpg", "a/b/c.png"]
   fractions = {"train": 0.6, "val": 0.3, "test": 0.1}
-  here = [sharding.split_for_key(k, fractions) for k in keys]
-  code = ("import json, sys; from beam_tfrecord import sharding; "
+  here = [splitting.split_for_key(k, fractions) for k in keys]
+  code = ("import json, sys; from beam_tfrecord.prepare import splitting; "
           "keys, fr = json.loads(sys.argv[1]); "
-          "print(json.dumps([sharding.split_for_key(k, fr) for k in keys]))")
+          "print(json.dumps([splitting.split_for_key(k, fr) for k in keys]))")
   for seed in ("0", "1234"):
     result = run_python(["-c", code, json.dumps([keys, fractions])], PYTHONHASHSEED=seed)
     assert result.returncode == 0, result.stderr
@@ -113,11 +116,11 @@ def test_split_for_key_same_in_other_processes():
     (1000, 150 * 2**20 + 1, None, None, 2),
 ])
 def test_num_shards_for(count, total, num_shards, size_mb, expected):
-  assert sharding.num_shards_for(count, total, num_shards, size_mb) == expected
+  assert shard_plan.num_shards_for(count, total, num_shards, size_mb) == expected
 
 
 def test_num_shards_for_tiny_shard_size():
-  assert sharding.num_shards_for(5, 1000, None, 1e-7) == 5
+  assert shard_plan.num_shards_for(5, 1000, None, 1e-7) == 5
 
 
 @settings(max_examples=60, deadline=None)
@@ -125,7 +128,7 @@ def test_num_shards_for_tiny_shard_size():
                     min_size=1, max_size=200),
        num_shards=st.integers(min_value=1, max_value=40))
 def test_plan_split_balance_within_one(keys, num_shards):
-  plan = sharding.plan_split("train", [(k, 10) for k in keys], num_shards, None)
+  plan = shard_plan.plan_split("train", [(k, 10) for k in keys], num_shards, None)
   assert plan.num_shards == min(num_shards, len(keys))
   assert plan.count == len(keys) and plan.total_bytes == 10 * len(keys)
   shard_of = {k: plan.shard_of(k) for k in keys}
@@ -133,7 +136,7 @@ def test_plan_split_balance_within_one(keys, num_shards):
   assert sorted(counts) == list(range(plan.num_shards)), "a shard is empty or out of range"
   assert max(counts.values()) - min(counts.values()) <= 1
   assert [counts[i] for i in range(plan.num_shards)] == \
-      sharding.shard_lengths(len(keys), plan.num_shards)
+      shard_plan.shard_lengths(len(keys), plan.num_shards)
   # shards are contiguous ranges of the sorted keys
   ordered = sorted(keys)
   assert [shard_of[k] for k in ordered] == sorted(shard_of[k] for k in ordered)
@@ -141,7 +144,7 @@ def test_plan_split_balance_within_one(keys, num_shards):
 
 def test_plan_split_by_size_and_duplicates():
   items = [(f"k{i:03d}", 2**20) for i in range(30)] + [("k000", 2**20)]
-  plan = sharding.plan_split("val", items, None, 8.0)
+  plan = shard_plan.plan_split("val", items, None, 8.0)
   assert plan.count == 30
   assert plan.total_bytes == 31 * 2**20
   assert plan.num_shards == math.ceil(31 / 8)
@@ -150,10 +153,10 @@ def test_plan_split_by_size_and_duplicates():
 
 
 def test_shard_name():
-  assert sharding.shard_name("train", 3, 8) == "train-00003-of-00008.tfrecord"
-  assert sharding.shard_name("val", 0, 1) == "val-00000-of-00001.tfrecord"
-  assert sharding.shard_name("test", 12, 100, suffix=".rec") == "test-00012-of-00100.rec"
-  names = [sharding.shard_name("train", i, 1200) for i in range(1200)]
+  assert naming.shard_name("train", 3, 8) == "train-00003-of-00008.tfrecord"
+  assert naming.shard_name("val", 0, 1) == "val-00000-of-00001.tfrecord"
+  assert naming.shard_name("test", 12, 100, suffix=".rec") == "test-00012-of-00100.rec"
+  names = [naming.shard_name("train", i, 1200) for i in range(1200)]
   assert names == sorted(names)  # lexical order is shard order
   assert all(re.fullmatch(r"train-\d{5}-of-01200\.tfrecord", n) for n in names)
 
@@ -571,8 +574,8 @@ def test_od_api_bytes_do_not_depend_on_the_hash_seed():
   code = """
 import hashlib, io, sys
 from PIL import Image
-from beam_tfrecord import images
-from beam_tfrecord.model import Box, ImageAnnotation, ObjectAnnotation
+from beam_tfrecord.write import images
+from beam_tfrecord.records.model import Box, ImageAnnotation, ObjectAnnotation
 from beam_tfrecord.schemas import od_api
 out = io.BytesIO(); Image.new("RGB", (40, 30), (1, 2, 3)).save(out, format="PNG")
 ann = ImageAnnotation(key="a.png", uri="a.png", source_id="1", source="s", objects=(
@@ -597,8 +600,8 @@ def test_string_int_label_map_message():
 
 
 def test_lost_records_compares_plan_with_written_and_rejected():
-  from beam_tfrecord.pipeline import _lost_records
-  from beam_tfrecord.sharding import plan_split
+  from beam_tfrecord.finalize.manifest import lost_records as _lost_records
+  from beam_tfrecord.plan.shard_plan import plan_split
   plans = {"train": plan_split("train", [(f"k{i}", 1) for i in range(5)], 2, None),
            "val": plan_split("val", [("v", 1)], 1, None)}
   stats = [{"split": "train", "examples": 2, "rejected": 1}, {"split": "train", "examples": 2,
@@ -611,7 +614,7 @@ def test_lost_records_compares_plan_with_written_and_rejected():
 
 
 def test_output_with_glob_characters_is_refused_up_front():
-  from beam_tfrecord.pipeline import ConvertConfig
+  from beam_tfrecord.config import ConvertConfig
   with pytest.raises(ValueError, match="pattern"):
     ConvertConfig(format="coco", inputs=["a.json"], output="/tmp/out[1]").validate()
 
@@ -619,8 +622,8 @@ def test_output_with_glob_characters_is_refused_up_front():
 def test_resolve_matches_realpath_with_and_without_symlinks(tmp_path):
   """resolve walks only the key's own components when none is a symlink; wherever one is, or
   the file is missing, realpath decides, as before."""
-  from beam_tfrecord import paths
-  from beam_tfrecord.model import InputError
+  from beam_tfrecord.records.model import InputError
+  from beam_tfrecord.storage import paths
   root, outside = tmp_path / "root", tmp_path / "outside"
   (root / "sub").mkdir(parents=True)
   outside.mkdir()

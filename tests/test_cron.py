@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(shutil.which("flock") is None, reason="needs flo
 # A conversion that reads each image slowly, so that a test can catch it mid-run.
 SLOW_TOOL = """\
 import os, sys, time
-import beam_tfrecord.encode as encode
+from beam_tfrecord.write import encode
 _read = encode.read_bytes
 def read_bytes(uri, *a, **k):
   with open(os.environ["SLOW_MARK"], "a") as f:

@@ -18,14 +18,14 @@ import subprocess
 import tarfile
 from typing import Dict, Set
 
-import pytest
-
 import apache_beam as beam
+import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_runner_api_pb2
 
 from beam_tfrecord import cli
-from beam_tfrecord.pipeline import ConvertConfig, build
+from beam_tfrecord.config import ConvertConfig
+from beam_tfrecord.pipeline import build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATAFLOW = os.path.join(ROOT, "deploy", "dataflow")
@@ -410,7 +410,8 @@ def test_cli_exits_1_when_the_job_does_not_end_done(monkeypatch, capsys, local_c
 
 
 def test_cli_exits_1_when_dataflow_raises_for_a_failed_job(monkeypatch, capsys, local_config):
-  from apache_beam.runners.dataflow.dataflow_runner import DataflowRuntimeException
+  from apache_beam.runners.dataflow.dataflow_runner import \
+      DataflowRuntimeException
   error = DataflowRuntimeException("Dataflow pipeline failed. State: FAILED", None)
   monkeypatch.setattr(beam.Pipeline, "run", lambda self, *a, **k: FakeResult(
       "FAILED", raises=error, job_id="2026-01-01_00_00_00-123"))

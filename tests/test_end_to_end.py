@@ -11,12 +11,16 @@ from pathlib import Path
 from typing import Dict
 
 import pytest
+from conftest import (BASE_FEATURES, VOC_FEATURES, Dataset, Output, Record,
+                      check_all_images, check_manifest, check_record,
+                      expected_for, read_output, record_counts, run_cli,
+                      run_python, source_id_for, tensor_to_python)
 
-from beam_tfrecord import card, sample, sharding
-
-from conftest import (BASE_FEATURES, VOC_FEATURES, Dataset, Output, check_all_images,
-                      check_manifest, check_record, expected_for, read_output, record_counts,
-                      Record, run_cli, run_python, source_id_for, tensor_to_python)
+from beam_tfrecord import config as config_mod
+from beam_tfrecord import sample
+from beam_tfrecord.finalize import card
+from beam_tfrecord.plan import naming, shard_plan
+from beam_tfrecord.prepare import splitting
 
 FORMATS = ("coco", "voc", "csv")
 
@@ -109,7 +113,7 @@ def test_voc_and_csv_get_sorted_names(format_output, dataset):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_read_back_with_reader_load(format_output, dataset, fmt):
-  """beam_tfrecord.reader.load gives the same values as a hand-written feature spec."""
+  """beam_tfrecord.readback.reader.load gives the same values as a hand-written feature spec."""
   from beam_tfrecord import reader
   out = format_output(fmt)
   by_name = dataset.by_name()
@@ -187,8 +191,10 @@ def test_csv_column_mapping_and_split_column_on_test_pipeline(shared, dataset, f
   """Renamed, reordered columns with a split column, through pipeline.build on a TestPipeline:
   the shards are byte-identical to those of the standard CSV layout."""
   import csv
+
   from apache_beam.testing.test_pipeline import TestPipeline
   from apache_beam.testing.util import assert_that
+
   from beam_tfrecord import pipeline
   total = len(dataset.images)
 
@@ -201,7 +207,7 @@ def test_csv_column_mapping_and_split_column_on_test_pipeline(shared, dataset, f
         for label, x0, y0, x1, y1 in im.boxes or [("", "", "", "", "")]:
           w.writerow(["-", y1, label, x0, im.split, im.file_name, x1, y0, im.height, im.width])
     out.mkdir()
-    config = pipeline.ConvertConfig(
+    config = config_mod.ConvertConfig(
         format="csv", inputs=[str(mapped)], images=[str(dataset.image_dir)], output=str(out),
         csv_columns="filename=path,class=label,xmin=X1,ymin=Y1,xmax=X2,ymax=Y2,width=W,"
         "height=H,split=subset")
@@ -314,13 +320,13 @@ def test_shard_size_mb(shared, dataset):
 def test_split_fractions_are_deterministic(shared, dataset):
   """--split assigns by a hash of the key (overriding VOC's ImageSets); --num-shards above the
   number of images is capped at one example per shard."""
-  fractions = sharding.parse_split_fractions("train=0.8,val=0.2")
+  fractions = splitting.parse_split_fractions("train=0.8,val=0.2")
   out = shared.output("split", lambda o: run_cli(
       "convert", "--format=voc", *dataset.inputs("voc"), f"--output={o}",
       "--split=train=0.8,val=0.2", "--num-shards=100", "--runner=FnApiRunner"))
 
   def split_of(im):
-    return sharding.split_for_key(im.file_name, fractions)
+    return splitting.split_for_key(im.file_name, fractions)
 
   check_all_images(out, dataset, "voc", dataset.sorted_name_ids(), split_of=split_of)
   check_manifest(out, dataset, "voc", dataset.sorted_name_ids(), split_of=split_of)
@@ -371,7 +377,7 @@ def test_beam_sink_writes_the_same_examples(shared, dataset, format_output):
   reference = format_output("coco")
   for split in dataset.splits:
     assert [f.name for f in out.shard_files[split]] == \
-        [sharding.shard_name(split, i, 2) for i in range(2)]
+        [naming.shard_name(split, i, 2) for i in range(2)]
     assert collections.Counter(r.serialized for r in out.records[split]) == \
         collections.Counter(r.serialized for r in reference.records[split])
   check_all_images(out, dataset, "coco", dataset.coco_category_ids(), any_order=True)
@@ -484,7 +490,7 @@ def test_merging_two_coco_datasets_whose_folders_use_the_same_file_names(tmp_pat
     for im in ds.images:
       record = records[(im.file_name, ds.data(im))]
       check_record(record, expected_for(ds, im, str(im.image_id)), ids, voc=False)
-  assert record_counts(written, "train") == sharding.shard_lengths(32, 3)
+  assert record_counts(written, "train") == shard_plan.shard_lengths(32, 3)
 
 
 def test_an_image_root_symlink_repointed_between_runs_of_one_process(tmp_path):

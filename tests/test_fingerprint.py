@@ -5,10 +5,12 @@ import json
 import os
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from beam_tfrecord import cli, fingerprint, sample
-from beam_tfrecord.pipeline import ConvertConfig
+from beam_tfrecord import cli, sample
+from beam_tfrecord.config import ConvertConfig
+from beam_tfrecord.finalize import fingerprint
 
 RUNNER = "--runner=FnApiRunner"
 

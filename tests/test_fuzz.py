@@ -9,15 +9,19 @@ import os
 import posixpath
 import tempfile
 
+import bad_data as bd
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import bad_data as bd
-from beam_tfrecord import encode, images, paths, protos
-from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError, ObjectAnnotation
-from beam_tfrecord.sources import coco, voc
+from beam_tfrecord.records import protos
+from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
+                                         InputError, ObjectAnnotation)
+from beam_tfrecord.sources import coco
 from beam_tfrecord.sources import csv as csv_source
+from beam_tfrecord.sources import voc
+from beam_tfrecord.storage import paths
+from beam_tfrecord.write import encode, images
 
 FUZZ = settings(max_examples=200, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

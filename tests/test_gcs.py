@@ -20,7 +20,8 @@ pytest.importorskip("gcp_storage_emulator")
 
 from apache_beam.io.filesystems import FileSystems  # noqa: E402
 
-from beam_tfrecord import card, cli, sample  # noqa: E402
+from beam_tfrecord import cli, sample
+from beam_tfrecord.finalize import card  # noqa: E402
 
 BUCKET = "tfr-emulated"
 RUNNER = "--runner=FnApiRunner"
@@ -162,7 +163,8 @@ def test_gs_to_gs_equals_local(emulator, tmp_path, capsys):
 def test_gs_output_survives_an_empty_run_and_a_held_lock(emulator, tmp_path, capsys):
   """On gs:// too, a run that writes nothing leaves the earlier output as it was, and a
   second writer is turned away by the lock object."""
-  from beam_tfrecord import lock, output as outputs
+  from beam_tfrecord.finalize import lock
+  from beam_tfrecord.finalize import output as outputs
   local = str(tmp_path / "data")
   sample.make_dataset(local, count=6)
   gs_data = f"gs://{BUCKET}/datasets/keep"
@@ -203,8 +205,8 @@ def test_gs_reads_are_whole_objects_or_errors(emulator):
   """encode.read_bytes on gs://: one download per object, the same bytes as Beam's own read;
   an object over the limit is rejected from its known size without reading, or from at most
   limit + 1 bytes when the size is unknown; a missing object is `unreadable`."""
-  from beam_tfrecord import encode
-  from beam_tfrecord.model import InputError
+  from beam_tfrecord.records.model import InputError
+  from beam_tfrecord.write import encode
   data = os.urandom(5000)
   uri = f"gs://{BUCKET}/reads/blob.bin"
   with FileSystems.create(uri) as f:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import bad_data
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from beam_tfrecord import masks
-from beam_tfrecord.model import InputError
-
-import bad_data
+from beam_tfrecord.records.model import InputError
+from beam_tfrecord.write import masks
 
 W, H = 64, 48
 
@@ -154,6 +153,7 @@ def mask_run(tmp_path_factory):
 
 def _shard_records(output: str):
   import tensorflow as tf
+
   from beam_tfrecord import reader
   files = reader.shard_files(output, "train")
   return [r.numpy() for r in tf.data.TFRecordDataset(files)]
@@ -226,6 +226,7 @@ def test_without_include_masks_no_mask_and_no_segmentation_carried(tmp_path):
   import apache_beam as beam
   from apache_beam.testing.test_pipeline import TestPipeline
   from apache_beam.testing.util import assert_that
+
   from beam_tfrecord.sources.coco import ReadCoco
   annotations = make_coco(tmp_path / "data")
   for include in (False, True):

@@ -14,13 +14,16 @@ import shutil
 import subprocess
 import sys
 
-import pytest
-
 import bad_data as bd
+import pytest
 from conftest import subprocess_env
-from test_atomic_output import listing as tree  # {relative path: bytes, dirs: None}
+from test_atomic_output import \
+    listing as tree  # {relative path: bytes, dirs: None}
 from test_atomic_output import make_coco
-from beam_tfrecord import cli, lock, output as outputs
+
+from beam_tfrecord import cli
+from beam_tfrecord.finalize import lock
+from beam_tfrecord.finalize import output as outputs
 
 IMAGES_A, IMAGES_B = 8, 5
 

@@ -8,9 +8,11 @@ import os
 
 import pytest
 
-from beam_tfrecord.model import Box, ImageAnnotation, InputError, ObjectAnnotation
-from beam_tfrecord.sources import coco, voc
+from beam_tfrecord.records.model import (Box, ImageAnnotation, InputError,
+                                         ObjectAnnotation)
+from beam_tfrecord.sources import coco
 from beam_tfrecord.sources import csv as csv_source
+from beam_tfrecord.sources import voc
 
 # The 80 COCO 2017 categories with their real ids: 1..90 with ten gaps.
 COCO_CATEGORIES = [

@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_tfrecord import coders, protos, sharding
-from beam_tfrecord.model import Box, ImageAnnotation, ObjectAnnotation
-from beam_tfrecord.prefetch import prefetch
+from beam_tfrecord.plan import shard_plan
+from beam_tfrecord.records import coders, protos
+from beam_tfrecord.records.model import Box, ImageAnnotation, ObjectAnnotation
+from beam_tfrecord.storage.prefetch import prefetch
 
 KEYS = ["image/encoded", "a", "é/x", "image/object/area", "z" * 200]
 
@@ -140,15 +141,15 @@ def test_plan_over_key_and_uri_counts_same_names_under_two_roots():
   entries = {}
   for root in ("/one", "/two"):
     for name in ("a.jpg", "b.jpg", "c.jpg"):
-      sharding.add_plan_entry(entries, f"{root}/{name}", (f"{root}.json", name, "train", name,
+      shard_plan.add_plan_entry(entries, f"{root}/{name}", (f"{root}.json", name, "train", name,
                                                           10, 1, 1))
-  plan = sharding.make_plan(entries, 2, None)
+  plan = shard_plan.make_plan(entries, 2, None)
   assert plan.splits["train"].count == 6 and plan.duplicates == {}
   shards = [plan.route("train", n, f"{r}/{n}")[1] for n in ("a.jpg", "b.jpg", "c.jpg")
             for r in ("/one", "/two")]
   assert shards == [0, 0, 0, 1, 1, 1]
-  unique = sharding.plan_split("train", [(k, 1) for k in "abcdefg"], 3, None)
-  paired = sharding.plan_split("train", [((k, "/r/" + k), 1) for k in "abcdefg"], 3, None)
+  unique = shard_plan.plan_split("train", [(k, 1) for k in "abcdefg"], 3, None)
+  paired = shard_plan.plan_split("train", [((k, "/r/" + k), 1) for k in "abcdefg"], 3, None)
   assert [unique.shard_of(k) for k in "abcdefg"] == [paired.shard_of((k, "/r/" + k))
                                                      for k in "abcdefg"]
 
@@ -156,9 +157,9 @@ def test_plan_over_key_and_uri_counts_same_names_under_two_roots():
 def test_plan_routes_every_annotation_of_a_file_to_the_winner():
   entries = {}
   for source, split in (("b.json", "val"), ("a.json", "train"), ("a.json", "train")):
-    sharding.add_plan_entry(entries, "/r/x.jpg", (source, "7", split, "x.jpg", 5, 1, 1))
-  sharding.add_plan_entry(entries, "/r/y.jpg", ("b.json", "8", "val", "y.jpg", 5, 1, 1))
-  plan = sharding.make_plan(entries, None, None)
+    shard_plan.add_plan_entry(entries, "/r/x.jpg", (source, "7", split, "x.jpg", 5, 1, 1))
+  shard_plan.add_plan_entry(entries, "/r/y.jpg", ("b.json", "8", "val", "y.jpg", 5, 1, 1))
+  plan = shard_plan.make_plan(entries, None, None)
   assert plan.duplicates == {"/r/x.jpg": ("train", "x.jpg")}
   assert plan.splits["train"].count == 1 and plan.splits["val"].count == 1
   assert plan.route("val", "x.jpg", "/r/x.jpg") == ("train", 0)
@@ -166,6 +167,7 @@ def test_plan_routes_every_annotation_of_a_file_to_the_winner():
 
 def _jpeg(tmp_path, name="a.jpg", size=(40, 30)):
   import io
+
   from PIL import Image as PILImage
   buf = io.BytesIO()
   PILImage.new("RGB", size, (10, 200, 30)).save(buf, "JPEG")
@@ -179,8 +181,8 @@ def test_od_api_direct_encoding_equals_the_protobuf_path_through_the_registry(
     tmp_path, monkeypatch, read_ahead):
   """The od-api schema writes its Examples with protos.ExampleLayout; through
   encode.convert (schema registry, read-ahead digest or not) the bytes must be protobuf's."""
-  from beam_tfrecord import encode
   from beam_tfrecord.schemas import od_api
+  from beam_tfrecord.write import encode
   uri = _jpeg(tmp_path)
   objects = (ObjectAnnotation("cat", Box(1.5, 2, 30, 25), is_crowd=True, area=12.5),
              ObjectAnnotation("dog", Box(0, 0, 50, 10)),                       # clipped
@@ -204,7 +206,7 @@ def test_od_api_direct_encoding_equals_the_protobuf_path_through_the_registry(
 def test_read_ahead_keeps_the_max_image_bytes_stat_check(tmp_path):
   """fetch (the read-ahead's read) rejects a file over the limit from a stat, unread, and
   the error reaches convert as the image's error record."""
-  from beam_tfrecord import encode
+  from beam_tfrecord.write import encode
   small, big = _jpeg(tmp_path, "s.jpg"), _jpeg(tmp_path, "b.jpg", size=(400, 300))
   limit = (os.path.getsize(small) + os.path.getsize(big)) // 2
   anns = [ImageAnnotation(key=os.path.basename(u), uri=u, source_id="1", source="x",
@@ -220,7 +222,7 @@ def test_read_ahead_keeps_the_max_image_bytes_stat_check(tmp_path):
 
 def test_packed_records_carry_the_whole_annotation():
   """packed.pack: routing fields in front, the annotation as bytes the writer unpacks equal."""
-  from beam_tfrecord import packed
+  from beam_tfrecord.records import packed
   with_mask = ANN.replace(objects=ANN.objects + (ObjectAnnotation(
       "cat", Box(0.1, 0.2, 0.3, 0.4, normalized=True), segmentation="[[1,2,3,4,5,6]]",
       mask=b"\x89PNG", id=2 ** 40),), labels=("a", "b"))
@@ -239,9 +241,11 @@ def test_a_known_size_saves_object_stores_the_size_lookup(monkeypatch):
   """encode.read_bytes on an object store other than gs://: with the size PrepareImages looked
   up, no second lookup; over the limit, rejected from it without reading."""
   import io
+
   from apache_beam.io.filesystems import FileSystems
-  from beam_tfrecord import encode
-  from beam_tfrecord.model import InputError
+
+  from beam_tfrecord.records.model import InputError
+  from beam_tfrecord.write import encode
   calls = []
 
   class Store:

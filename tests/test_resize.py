@@ -8,13 +8,12 @@ from __future__ import annotations
 import io
 import os
 
+import bad_data as bd
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from beam_tfrecord import images
-
-import bad_data as bd
+from beam_tfrecord.write import images
 
 MAX_SIDE = 128
 

@@ -6,14 +6,18 @@ from __future__ import annotations
 import hashlib
 import io
 
+import layouts
 import pytest
 from PIL import Image
 
-import layouts
-from beam_tfrecord import fingerprint, images, label_map, schemas
-from beam_tfrecord.model import Box, ImageAnnotation, InputError, ObjectAnnotation
-from beam_tfrecord.pipeline import ConvertConfig
+from beam_tfrecord import schemas
+from beam_tfrecord.config import ConvertConfig
+from beam_tfrecord.finalize import fingerprint
+from beam_tfrecord.prepare import label_map
+from beam_tfrecord.records.model import (Box, ImageAnnotation, InputError,
+                                         ObjectAnnotation)
 from beam_tfrecord.schemas import classification
+from beam_tfrecord.write import images
 
 
 def _png(size=(40, 30)) -> bytes:
@@ -83,10 +87,11 @@ def test_per_object_schema_through_the_pipeline(small_dataset, tmp_path, monkeyp
   write them all, the manifest counts records, and images without objects (no records) are
   neither lost nor rejected."""
   from apache_beam.testing.test_pipeline import TestPipeline
-  from beam_tfrecord import output as outputs
-  from beam_tfrecord import verify
+
   from beam_tfrecord import reader
+  from beam_tfrecord.finalize import output as outputs
   from beam_tfrecord.pipeline import build
+  from beam_tfrecord.readback import verify
   monkeypatch.setitem(schemas.REGISTRY, "per-object", "per_object_schema")
   ds = small_dataset
   out = tmp_path / "out"

@@ -8,11 +8,10 @@ import json
 import os
 from pathlib import Path
 
+import bad_data as bd
 import numpy as np
 import pytest
 from PIL import Image
-
-import bad_data as bd
 
 TUTORIAL_KEYS = {"height", "width", "depth", "label", "image_raw"}
 COCO_OBJECT_KEYS = {"image", "path", "area", "bbox", "category_id", "id", "image_id"}
@@ -307,10 +306,12 @@ def test_coco_objects_include_crowd_annotations(tmp_path):
 
 def test_coco_objects_ids_for_sources_without_them():
   """CSV/VOC objects have no ids: stable hashes of the image key (and position)."""
-  from beam_tfrecord import images
-  from beam_tfrecord.model import Box, ImageAnnotation, ObjectAnnotation
-  from beam_tfrecord.schemas import coco_objects
   import tensorflow as tf
+
+  from beam_tfrecord.records.model import (Box, ImageAnnotation,
+                                           ObjectAnnotation)
+  from beam_tfrecord.schemas import coco_objects
+  from beam_tfrecord.write import images
   ann = ImageAnnotation(key="dir/a.jpg", uri="", source_id="a.jpg", source="x.csv", objects=(
       ObjectAnnotation("cat", Box(1, 2, 11, 22)), ObjectAnnotation("cat", Box(-5, 0, 10, 10))))
   prepared = images.prepare(bd.jpeg((64, 48)))
@@ -328,9 +329,11 @@ def test_coco_objects_ids_for_sources_without_them():
 def test_every_registered_schema_takes_feature_names(option):
   """--feature-names goes through the registry (schemas.Schema) to every schema's encode, and
   the feature spec the manifest records has the same final names as the records."""
-  from beam_tfrecord import images, schemas
-  from beam_tfrecord.encode import EncodeOptions
-  from beam_tfrecord.model import Box, ImageAnnotation, ObjectAnnotation
+  from beam_tfrecord import schemas
+  from beam_tfrecord.records.model import (Box, ImageAnnotation,
+                                           ObjectAnnotation)
+  from beam_tfrecord.write import images
+  from beam_tfrecord.write.encode import EncodeOptions
   ann = ImageAnnotation(key="a.jpg", uri="", source_id="7", source="x", objects=(
       ObjectAnnotation("cat", Box(1, 2, 11, 22)),))
   prepared = images.prepare(bd.jpeg((64, 48)))
@@ -349,8 +352,8 @@ def test_verify_and_summary_for_per_object_and_tutorial_outputs(coco_objects_run
                                                                  dataset):
   """`verify` reads each schema through the manifest's features; the summary counts records
   (not images) when a schema writes one record per object."""
-  from beam_tfrecord import output as outputs
-  from beam_tfrecord import verify
+  from beam_tfrecord.finalize import output as outputs
+  from beam_tfrecord.readback import verify
   for run in (coco_objects_run, _convert_tutorial(classified, "verified")):
     total, problems, _ = verify.check(run.output)
     assert problems == [] and total == run.manifest["totals"]["examples"]

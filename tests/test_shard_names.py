@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
-from beam_tfrecord import sharding
-from beam_tfrecord.errors import UsageError
-
 import bad_data as bd
+import pytest
 from conftest import read_shard
+
+from beam_tfrecord.errors import UsageError
+from beam_tfrecord.plan import naming, shard_plan
 
 # ---------------------------------------------------------------------------------------------
 # Pure: templates, plans, clashes
@@ -18,14 +17,14 @@ from conftest import read_shard
 
 
 def test_default_template_gives_the_default_names():
-  assert sharding.format_shard_name(sharding.DEFAULT_SHARD_NAME_TEMPLATE, "val", 3, 8, 99) == \
-      sharding.shard_name("val", 3, 8) == "val-00003-of-00008.tfrecord"
+  assert naming.format_shard_name(naming.DEFAULT_SHARD_NAME_TEMPLATE, "val", 3, 8, 99) == \
+      naming.shard_name("val", 3, 8) == "val-00003-of-00008.tfrecord"
 
 
 def test_template_fields():
-  assert sharding.template_fields("file_{index:02d}-{count}.tfrec") == {"index", "count"}
-  assert sharding.format_shard_name("{split}/{index}", "a", 1, 2, 3) == "a/1"  # formatting only
-  assert sharding.format_shard_name("{split}.{index:03d}.{num_shards}.{count:04d}.rec",
+  assert naming.template_fields("file_{index:02d}-{count}.tfrec") == {"index", "count"}
+  assert naming.format_shard_name("{split}/{index}", "a", 1, 2, 3) == "a/1"  # formatting only
+  assert naming.format_shard_name("{split}.{index:03d}.{num_shards}.{count:04d}.rec",
                                     "train", 7, 12, 41) == "train.007.12.0041.rec"
 
 
@@ -35,23 +34,23 @@ def test_template_fields():
 ])
 def test_bad_templates_are_usage_errors(template):
   with pytest.raises(UsageError):
-    sharding.template_fields(template)
+    naming.template_fields(template)
 
 
 def test_build_time_clash_rules():
-  sharding.check_template("{split}-{index}.rec", None, None)
-  sharding.check_template("file_{index:02d}-{count}.tfrec", {"train"}, None)  # one split
-  sharding.check_template("{split}.rec", {"train", "val"}, 1)  # one shard per split
+  naming.check_template("{split}-{index}.rec", None, None)
+  naming.check_template("file_{index:02d}-{count}.tfrec", {"train"}, None)  # one split
+  naming.check_template("{split}.rec", {"train", "val"}, 1)  # one shard per split
   with pytest.raises(UsageError, match="no {index}"):
-    sharding.check_template("{split}-{count}.rec", {"train"}, None)
+    naming.check_template("{split}-{count}.rec", {"train"}, None)
   with pytest.raises(UsageError, match="no {split}"):
-    sharding.check_template("{index}.rec", {"train", "val"}, None)
+    naming.check_template("{index}.rec", {"train", "val"}, None)
   with pytest.raises(UsageError, match="no {split}"):
-    sharding.check_template("{index}.rec", None, None)  # a CSV split column may give several
+    naming.check_template("{index}.rec", None, None)  # a CSV split column may give several
 
 
 def _plan(split, n_keys, **kwargs):
-  return sharding.plan_split(split, [(f"k{i:03d}", 10) for i in range(n_keys)],
+  return shard_plan.plan_split(split, [(f"k{i:03d}", 10) for i in range(n_keys)],
                              kwargs.get("num_shards"), None, kwargs.get("records_per_shard"))
 
 
@@ -59,21 +58,21 @@ def test_shard_names_detects_a_clash_the_template_allows():
   # '{split}{index}': split a shard 10 and split a1 shard 0 are both 'a10'
   plans = [_plan("a", 11, num_shards=11), _plan("a1", 3, num_shards=2)]
   with pytest.raises(ValueError, match="'a10'"):
-    sharding.shard_names(plans, "{split}{index}")
-  names = sharding.shard_names(plans, "{split}-{index}-{count}")
+    naming.shard_names(plans, "{split}{index}")
+  names = naming.shard_names(plans, "{split}-{index}-{count}")
   assert names[("a", 10)] == "a-10-1" and names[("a1", 0)] == "a1-0-1"
 
 
 def test_records_per_shard_fills_in_key_order_and_keeps_images_whole():
   items = [("a", 1, 3), ("b", 1, 3), ("c", 1, 0), ("d", 1, 5), ("e", 1, 1), ("f", 1, 9),
            ("g", 1, 2)]
-  plan = sharding.plan_split("train", items, None, None, 6)
+  plan = shard_plan.plan_split("train", items, None, None, 6)
   assert plan.boundaries == ("a", "d", "f", "g")
   assert plan.records == (6, 6, 9, 2)  # the 9-record image gets a shard of its own
   assert [plan.shard_of(k) for k, *_ in items] == [0, 0, 0, 1, 1, 2, 3]
   assert plan.num_shards == 4 and plan.count == 7
   # one record per image: 939 images in shards of 4096 -> one shard
-  assert sharding.plan_split("train", [(f"{i}", 1) for i in range(939)], None, None,
+  assert shard_plan.plan_split("train", [(f"{i}", 1) for i in range(939)], None, None,
                              4096).records == (939,)
 
 
@@ -107,7 +106,7 @@ def test_records_per_shard_and_template_fields(dataset, tmp_path):
   assert len(run.examples) == len(dataset.images)  # reader.load follows the manifest
   # the run owns its custom-named shards: listed in the manifest, moved by the commit
   assert expected_files <= set(run.manifest["files"])
-  from beam_tfrecord import verify
+  from beam_tfrecord.readback import verify
   assert verify.check(str(tmp_path / "out"))[1] == []
 
 
@@ -116,7 +115,7 @@ def test_verify_knows_custom_names_and_still_finds_strays(dataset, tmp_path):
   template = "{split}_{index:02d}-{count}.rec"
   assert _convert(dataset, output, "--num-shards=2", f"--shard-name-template={template}"
                   ).code == 0
-  from beam_tfrecord import verify
+  from beam_tfrecord.readback import verify
   assert verify.check(str(output))[1] == []
   (output / "train-00000-of-00002.tfrecord").write_bytes(b"")  # a default-named stray
   (output / "val_07-3.rec").write_bytes(b"")                  # one named like ours
@@ -136,7 +135,7 @@ def test_overwrite_replaces_custom_named_shards(dataset, tmp_path):
   run = _convert(dataset, output, "--num-shards=1", "--overwrite")
   assert run.code == 0
   assert not {f for f in os.listdir(output) if f.endswith(".rec")}
-  from beam_tfrecord import verify
+  from beam_tfrecord.readback import verify
   assert verify.check(str(output))[1] == []
 
 
@@ -168,15 +167,15 @@ def test_clash_is_a_usage_error_before_anything_is_written(dataset, tmp_path, ca
 
 
 def test_check_names_enumerates_known_splits_and_shard_counts():
-  sharding.check_names("{split}-{index}.rec", {"a", "a1"}, 11)
+  naming.check_names("{split}-{index}.rec", {"a", "a1"}, 11)
   with pytest.raises(UsageError, match="'a10.rec'"):
-    sharding.check_names("{split}{index}.rec", {"a", "a1"}, 11)
+    naming.check_names("{split}{index}.rec", {"a", "a1"}, 11)
   with pytest.raises(UsageError, match="own"):
-    sharding.check_names("{split}.json", {"manifest"}, 1)
-  sharding.check_names("{index}{num_shards}.rec", {"train"}, 12)  # one split: n is fixed
+    naming.check_names("{split}.json", {"manifest"}, 1)
+  naming.check_names("{index}{num_shards}.rec", {"train"}, 12)  # one split: n is fixed
   with pytest.raises(UsageError, match="same name"):  # 'a' 1 of 12 vs 'a1' ... of 2: a112
-    sharding.check_names("{split}{index}{num_shards}.rec", {"a", "a1"}, 12)
-  sharding.check_names("{split}{index}-{count}.rec", {"a", "a1"}, 11)  # {count}: the plan step
+    naming.check_names("{split}{index}{num_shards}.rec", {"a", "a1"}, 12)
+  naming.check_names("{split}{index}-{count}.rec", {"a", "a1"}, 11)  # {count}: the plan step
 
 
 def test_a_shard_may_not_take_the_name_of_the_card(dataset, tmp_path, capsys):

@@ -17,11 +17,19 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
+from conftest import Dataset, make_dataset, run_cli, run_python
 from PIL import Image, ImageDraw
 
-from conftest import Dataset, make_dataset, run_cli, run_python
-from beam_tfrecord import card, cli, progress, sample, show, stats, views
-from beam_tfrecord.reader import show as reader_show
+from beam_tfrecord import cli
+from beam_tfrecord import config as config_mod
+from beam_tfrecord import sample
+from beam_tfrecord.finalize import card, progress
+from beam_tfrecord.plan import transform as plan_stage
+from beam_tfrecord.prepare import labels as label_stage
+from beam_tfrecord.prepare import locate
+from beam_tfrecord.sources import registry
+from beam_tfrecord.readback import show, stats, views
+from beam_tfrecord.readback.reader import show as reader_show
 
 GRAY = (128, 128, 128)
 
@@ -553,20 +561,22 @@ def test_progress_reaches_the_total(tmp_path, beam_args):
   processes."""
   import apache_beam as beam
   from apache_beam.options.pipeline_options import PipelineOptions
-  from beam_tfrecord import output as outputs
-  from beam_tfrecord import packed, pipeline
-  from beam_tfrecord.sink import WriteShards
+
+  from beam_tfrecord import pipeline
+  from beam_tfrecord.finalize import output as outputs
+  from beam_tfrecord.records import packed
+  from beam_tfrecord.write.transform import WriteShards
   ds = make_dataset(tmp_path / "data", count=9, seed=5, extras=False)
-  config = pipeline.ConvertConfig(format="coco", inputs=ds.file_inputs("coco"),
+  config = config_mod.ConvertConfig(format="coco", inputs=ds.file_inputs("coco"),
                                   images=[str(ds.image_dir)], output=str(tmp_path / "out"),
                                   num_shards=2)
   staging = outputs.run_dir(config.output, "test")
   with beam.Pipeline(options=PipelineOptions(beam_args)) as p:
-    source, _ = pipeline.read_source(p, config)
-    images, _ = source.images | pipeline.PrepareImages(None)
+    source, _ = registry.read(p, config, first_id=1, in_process=pipeline.in_process(p))
+    images, _ = source.images | locate.PrepareImages(None)
     images = images | beam.Map(packed.pack)
-    label_map = beam.pvalue.AsSingleton(p | pipeline.BuildLabelMap(source, None))
-    plans = beam.pvalue.AsSingleton(images | pipeline.PlanShards(2, None, staging))
+    label_map = beam.pvalue.AsSingleton(p | label_stage.BuildLabelMap(source, None))
+    plans = beam.pvalue.AsSingleton(images | plan_stage.PlanShards(2, None, staging))
     _ = images | WriteShards(staging, label_map, plans, config.encode_options())
   done, total, planned_at = progress.snapshot(staging)
   assert (done, total) == (len(ds.images), len(ds.images))

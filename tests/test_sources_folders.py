@@ -14,7 +14,8 @@ from pathlib import Path
 
 import layouts
 from bad_data import RUNNER, convert, other_formats
-from beam_tfrecord import verify
+
+from beam_tfrecord.readback import verify
 
 # The classification keys (issue 9), written out here rather than taken from the library.
 CLASSIFICATION = {

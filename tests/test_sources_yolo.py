@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import collections
 
-import pytest
-
 import layouts
+import pytest
 from bad_data import RUNNER, convert
-from beam_tfrecord.model import InputError
+
+from beam_tfrecord.records.model import InputError
 from beam_tfrecord.sources import yolo
 
 YOLO_IDS = {name: i + 1 for i, name in enumerate(layouts.YOLO_NAMES)}

@@ -32,7 +32,8 @@ import functools
 import importlib
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from beam_tfrecord.schemas.base import Encoded, parse_feature_names  # noqa: F401 (re-exported)
+from beam_tfrecord.schemas.base import Encoded  # noqa: F401 (re-exported)
+from beam_tfrecord.schemas.base import parse_feature_names
 
 # --schema value -> module
 REGISTRY: Dict[str, str] = {

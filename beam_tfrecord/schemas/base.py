@@ -6,9 +6,10 @@ import dataclasses
 import hashlib
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from beam_tfrecord import boxes, protos
 from beam_tfrecord.errors import UsageError
-from beam_tfrecord.model import ErrorRecord, ImageAnnotation, InputError
+from beam_tfrecord.records import boxes, protos
+from beam_tfrecord.records.model import (ErrorRecord, ImageAnnotation,
+                                         InputError)
 
 Spec = Dict[str, Tuple[str, str]]  # key -> (dtype, "fixed" | "var")
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import List, Mapping, Optional
 
-from beam_tfrecord.images import PreparedImage
-from beam_tfrecord.model import ImageAnnotation, InputError
+from beam_tfrecord.records.model import ImageAnnotation, InputError
 from beam_tfrecord.schemas import base
+from beam_tfrecord.write.images import PreparedImage
 
 NAME = "coco-objects"
 FIRST_ID = 1

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from typing import Dict, Mapping, Optional, Tuple
 
-from beam_tfrecord import protos
-
-from beam_tfrecord.images import PreparedImage
-from beam_tfrecord.model import ImageAnnotation
+from beam_tfrecord.records import protos
+from beam_tfrecord.records.model import ImageAnnotation
 from beam_tfrecord.schemas import base
 from beam_tfrecord.schemas.base import Encoded
+from beam_tfrecord.write.images import PreparedImage
 
 NAME = "od_api"
 FIRST_ID = 1      # 0 is background in the TF OD API

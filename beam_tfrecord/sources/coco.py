@@ -14,11 +14,13 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
-from beam_tfrecord import masks, paths
 from beam_tfrecord.errors import UsageError
-from beam_tfrecord.model import (Box, ErrorRecord, ImageAnnotation, InputError,
-                                 ObjectAnnotation)
-from beam_tfrecord.sources import SourceOutput
+from beam_tfrecord.prepare.splitting import DEFAULT_SPLIT
+from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
+                                         InputError, ObjectAnnotation)
+from beam_tfrecord.sources.base import SourceOutput
+from beam_tfrecord.storage import paths
+from beam_tfrecord.write import masks
 
 SECTIONS = ("images", "annotations", "categories")
 
@@ -235,6 +237,7 @@ def _entries_after(uri: str, section: str, done: int) -> List[Any]:
   """Fallback for what ijson refuses but Python's json accepts (NaN, Infinity, 1e400):
   load the whole file once and return the entries from `done` on."""
   import json
+
   from apache_beam.io.filesystems import FileSystems
   with FileSystems.open(uri, compression_type="uncompressed") as f:
     doc = json.load(f)
@@ -379,7 +382,9 @@ def check_input(uri: str) -> None:
   error or a NaN is left to the pipeline, which reports what it could not read per file."""
   import ijson
   from apache_beam.io.filesystems import FileSystems
-  from beam_tfrecord.preflight import check_file, head, sniff_text
+
+  from beam_tfrecord.sources.checks import check_file, sniff_text
+  from beam_tfrecord.storage.files import head
   check_file(uri, "--input")
   kind = sniff_text(head(uri))
   if kind != "json":
@@ -752,7 +757,7 @@ def check_background_category(uris: Sequence[str]) -> None:
 def detect(path: str) -> Optional[str]:
   """--format auto: a COCO JSON (a .json with `images`/`annotations`), or a folder holding
   Roboflow's _annotations.coco.json."""
-  from beam_tfrecord.sources import list_dir
+  from beam_tfrecord.storage.files import list_dir
   if path.lower().endswith(".json"):
     return "COCO JSON" if _top_keys(path) & {"images", "annotations"} else None
   if "_annotations.coco.json" in list_dir(path)[1]:
@@ -861,3 +866,37 @@ class ReadCoco(beam.PTransform):
     names = by_key | "Names" >> beam.MapTuple(lambda uri_id, name: (name, uri_id[1]))
     return SourceOutput(images=images[0], errors=tuple(errors) | "Errors" >> beam.Flatten(),
                         categories=names)
+
+
+# --- the source protocol (sources/registry.py) ---
+
+MASKS = True  # segmentations: --include-masks rasterizes them
+EXPORT_FILE = "_annotations.coco.json"  # the file in each split folder of a Roboflow export
+
+
+def check(config) -> None:
+  uris = [paths.parse_assignment(item)[1] for item in config.inputs]
+  for uri in uris:
+    check_input(uri)
+  if not config.label_map:
+    check_background_category(uris)
+
+
+def possible_splits(config) -> Optional[set]:
+  return {split or DEFAULT_SPLIT for split, _, _ in config.file_inputs()}
+
+
+def read(root, config, *, first_id: int, in_process: bool) -> Tuple[SourceOutput, List[str]]:
+  inputs = config.file_inputs()
+  return (root | "ReadCoco" >> ReadCoco(inputs, config.allow_absolute_paths,
+                                        config.follow_symlinks,
+                                        drop_background=not config.label_map,
+                                        include_masks=config.include_masks,
+                                        join_in_worker=in_process),
+          sorted({s for s, _, _ in inputs if s}))
+
+
+def fingerprint_patterns(config) -> Tuple[List[Tuple[str, str]], List[str]]:
+  """Each annotation file; the image roots (default: each annotation file's directory)."""
+  inputs = config.file_inputs()
+  return [("file", uri) for _, uri, _ in inputs], [root for _, _, root in inputs]

@@ -12,14 +12,16 @@ from __future__ import annotations
 import math
 import os
 import posixpath
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, Dict, Iterator, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 
 import apache_beam as beam
 
-from beam_tfrecord import paths
-from beam_tfrecord.sharding import check_split_name
-from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError, ObjectAnnotation
-from beam_tfrecord.sources import SourceOutput
+from beam_tfrecord.prepare.splitting import check_split_name
+from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
+                                         InputError, ObjectAnnotation)
+from beam_tfrecord.sources.base import SourceOutput
+from beam_tfrecord.storage import paths
 
 FIELDS = ("filename", "width", "height", "class", "xmin", "ymin", "xmax", "ymax", "split")
 REQUIRED = ("filename", "class", "xmin", "ymin", "xmax", "ymax")
@@ -145,8 +147,10 @@ def read_rows(fileobj, column_map: Mapping[str, str]) -> Iterator[Tuple[int, Dic
 def check_input(uri: str, column_map: Mapping[str, str]) -> None:
   """Before running: `uri` is a CSV whose header has the mapped columns and a first row."""
   from apache_beam.io.filesystems import FileSystems
+
   from beam_tfrecord.errors import UsageError
-  from beam_tfrecord.preflight import check_file, head, sniff_text
+  from beam_tfrecord.sources.checks import check_file, sniff_text
+  from beam_tfrecord.storage.files import head
   check_file(uri, "--input")
   kind = sniff_text(head(uri))
   if kind in ("json", "xml"):
@@ -202,7 +206,8 @@ BESIDE = 1 << 62
 def unlisted_candidates(uri: str, image_root: str) -> Iterator[str]:
   """Image files beside a Roboflow `_annotations.csv` whose images are in its own folder:
   every one is a candidate; group_image keeps those that no row names as backgrounds."""
-  from beam_tfrecord.sources import image_extensions, list_dir, parent
+  from beam_tfrecord.sources.base import image_extensions
+  from beam_tfrecord.storage.files import list_dir, parent
   if posixpath.basename(uri.replace("\\", "/")) != ROBOFLOW_CSV:
     return
   same = (parent(uri).rstrip("/") == image_root.rstrip("/") if paths.is_remote(uri) else
@@ -273,6 +278,7 @@ def is_listing(uri: str, column_map: Mapping[str, str]) -> bool:
   """True when the CSV's header has no box column: a classification listing."""
   import csv
   import io
+
   from apache_beam.io.filesystems import FileSystems
   try:
     with FileSystems.open(uri, compression_type="uncompressed") as f:
@@ -285,9 +291,43 @@ def is_listing(uri: str, column_map: Mapping[str, str]) -> bool:
 
 def detect(path: str) -> Optional[str]:
   """--format auto: a .csv file, or a folder holding Roboflow's _annotations.csv."""
-  from beam_tfrecord.sources import list_dir
+  from beam_tfrecord.storage.files import list_dir
   if path.lower().endswith(".csv"):
     return "CSV file"
   if "_annotations.csv" in list_dir(path)[1]:
     return "_annotations.csv"
   return None
+
+
+# --- the source protocol (sources/registry.py) ---
+
+MASKS = False
+EXPORT_FILE = "_annotations.csv"  # the file in each split folder of a Roboflow export
+
+
+def check(config) -> None:
+  for item in config.inputs:
+    check_input(paths.parse_assignment(item)[1], parse_column_map(config.csv_columns))
+
+
+def possible_splits(config) -> Optional[set]:
+  return None  # a split column can name any
+
+
+def image_level(config) -> bool:
+  """Classification listings (no box columns) are image-level: the classification schema."""
+  columns = parse_column_map(config.csv_columns)
+  return all(is_listing(uri, columns) for _, uri, _ in config.file_inputs())
+
+
+def read(root, config, *, first_id: int, in_process: bool) -> Tuple[SourceOutput, List[str]]:
+  inputs = config.file_inputs()
+  return (root | "ReadCsv" >> ReadCsv(inputs, parse_column_map(config.csv_columns),
+                                      config.allow_absolute_paths, config.follow_symlinks),
+          sorted({s for s, _, _ in inputs if s}))
+
+
+def fingerprint_patterns(config) -> Tuple[List[Tuple[str, str]], List[str]]:
+  """Each annotation file; the image roots (default: each annotation file's directory)."""
+  inputs = config.file_inputs()
+  return [("file", uri) for _, uri, _ in inputs], [root for _, _, root in inputs]

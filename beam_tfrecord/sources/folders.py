@@ -13,11 +13,12 @@ from typing import List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
-from beam_tfrecord import paths
 from beam_tfrecord.errors import UsageError
-from beam_tfrecord.model import ImageAnnotation, InputError
-from beam_tfrecord.sources import (SourceOutput, image_extensions, is_hidden, list_dir,
-                                   list_tree)
+from beam_tfrecord.records.model import ImageAnnotation, InputError
+from beam_tfrecord.sources.base import (SourceOutput, image_extensions,
+                                        is_hidden)
+from beam_tfrecord.storage import paths
+from beam_tfrecord.storage.files import list_dir, list_tree
 
 SPLIT_NAMES = ("train", "val", "valid", "validation", "test")
 
@@ -155,3 +156,32 @@ def detect(path: str) -> Optional[str]:
         any(f.endswith(".txt") and f[:-4] in stems for f in files)):
       return None
   return "split folders of class folders" if split_level(visible) else "class folders"
+
+
+# --- the source protocol (sources/registry.py) ---
+
+MASKS = False
+
+
+def check(config) -> None:
+  plan([paths.parse_assignment(item) for item in config.inputs])
+
+
+def possible_splits(config) -> Optional[set]:
+  return None  # not looked at before the run
+
+
+def image_level(config) -> bool:
+  return True  # one class per image: the classification schema
+
+
+def read(root, config, *, first_id: int, in_process: bool) -> Tuple[SourceOutput, List[str]]:
+  reader = ReadFolders([paths.parse_assignment(item) for item in config.inputs], first_id,
+                       config.allow_absolute_paths, config.follow_symlinks)
+  return root | "ReadFolders" >> reader, reader.splits
+
+
+def fingerprint_patterns(config) -> Tuple[List[Tuple[str, str]], List[str]]:
+  """Everything below each input."""
+  return [("tree", paths.join(paths.parse_assignment(item)[1], "**"))
+          for item in config.inputs], []

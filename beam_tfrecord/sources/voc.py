@@ -14,9 +14,12 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
-from beam_tfrecord import paths
-from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError, ObjectAnnotation
-from beam_tfrecord.sources import SourceOutput, exists, is_hidden, list_dir, list_tree, read_text
+from beam_tfrecord.prepare.splitting import DEFAULT_SPLIT
+from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
+                                         InputError, ObjectAnnotation)
+from beam_tfrecord.sources.base import SourceOutput, is_hidden
+from beam_tfrecord.storage import paths
+from beam_tfrecord.storage.files import exists, list_dir, list_tree, read_text
 
 
 def _text(node, tag: str) -> Optional[str]:
@@ -164,8 +167,9 @@ def check_input(inputs: Sequence[str], image_sets: Optional[str] = None) -> None
   a folder of XMLs, or SPLIT=DIR folders (a Roboflow VOC export), whose XMLs and images
   ReadVoc checks when it is built."""
   from apache_beam.io.filesystems import FileSystems
+
   from beam_tfrecord.errors import UsageError
-  from beam_tfrecord.preflight import check_directory
+  from beam_tfrecord.sources.checks import check_directory
   assigned = [paths.parse_assignment(item) for item in inputs]
   if len(assigned) > 1 and not all(split for split, _ in assigned):
     raise UsageError(f"--format voc takes one --input (a VOC directory or a folder of XMLs), "
@@ -259,7 +263,7 @@ def _image_dirs(xml_root: str) -> List[str]:
   """Folders (relative) of a folder of XMLs that hold images, when no --images is given;
   UsageError when there are none (the images live elsewhere: --images must say where)."""
   from beam_tfrecord.errors import UsageError
-  from beam_tfrecord.sources import image_extensions
+  from beam_tfrecord.sources.base import image_extensions
   extensions = image_extensions()
   tree = [rel for rel in list_tree(xml_root) if not is_hidden(rel)]
   if not any(rel.lower().endswith(".xml") for rel in tree):
@@ -358,3 +362,64 @@ class ReadVoc(beam.PTransform):
                                           self.scope).with_outputs(
                                               "errors", main="images")
     return SourceOutput(images=parsed.images, errors=parsed.errors)
+
+
+# --- the source protocol (sources/registry.py) ---
+
+MASKS = False
+EXPORT_WHAT = "XMLs beside the images"  # what each split folder of an export holds
+
+
+def check(config) -> None:
+  check_input(config.inputs, config.image_sets)
+
+
+def possible_splits(config) -> Optional[set]:
+  assigned = [paths.parse_assignment(item) for item in config.inputs]
+  if len(assigned) != 1 or assigned[0][0]:
+    return {split or DEFAULT_SPLIT for split, _ in assigned}
+  if config.image_sets:
+    return set(split_names(parse_image_sets(config.image_sets)))
+  if is_flat(config.inputs[0]):
+    return {DEFAULT_SPLIT}
+  return set(split_names(split_files(config.inputs[0]))) or {DEFAULT_SPLIT}
+
+
+def read(root, config, *, first_id: int, in_process: bool) -> Tuple[SourceOutput, List[str]]:
+  allow, follow = config.allow_absolute_paths, config.follow_symlinks
+  assigned = [paths.parse_assignment(item) for item in config.inputs]
+  default_root, per_split = config.image_roots()
+  if len(assigned) == 1 and not assigned[0][0]:
+    voc = ReadVoc(config.inputs[0], default_root, use_image_sets=not config.split,
+                  allow_absolute=allow, follow_symlinks=follow,
+                  image_sets=parse_image_sets(config.image_sets) if config.image_sets else None)
+    return root | "ReadVoc" >> voc, sorted(voc.splits)
+  if not all(split for split, _ in assigned):
+    raise ValueError("--format voc takes one --input (a VOC directory or a folder of XMLs), "
+                     "or one SPLIT=DIR per split")
+  per_folder = [root | f"ReadVoc[{split}]" >> ReadVoc(
+      uri, per_split.get(split, default_root), allow_absolute=allow, follow_symlinks=follow,
+      split=split) for split, uri in assigned]
+  return (SourceOutput(
+      images=tuple(o.images for o in per_folder) | "VocImages" >> beam.Flatten(),
+      errors=tuple(o.errors for o in per_folder) | "VocErrors" >> beam.Flatten()),
+      sorted(split for split, _ in assigned))
+
+
+def fingerprint_patterns(config) -> Tuple[List[Tuple[str, str]], List[str]]:
+  """Annotations/ and ImageSets/Main/ under the VOC directory; the image root (default
+  VOC/JPEGImages); a folder of XMLs: everything below it."""
+  default_root, per_split = config.image_roots()
+  given = bool(per_split) or bool(default_root)
+  patterns: List[Tuple[str, str]] = []
+  implied: List[str] = []
+  for item in config.inputs:
+    _, voc = paths.parse_assignment(item)
+    if is_flat(voc):  # a folder of XMLs: XMLs and (unless --images) images anywhere below
+      patterns.append(("tree", paths.join(voc, "**")))
+      continue
+    patterns.append(("tree", paths.join(paths.join(voc, "Annotations"), "**")))
+    patterns.append(("tree", paths.join(paths.join(voc, "ImageSets"), "**")))
+    if not given and not implied:
+      implied.append(paths.join(voc, "JPEGImages"))
+  return patterns, implied

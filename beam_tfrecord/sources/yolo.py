@@ -23,11 +23,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
-from beam_tfrecord import masks, paths
 from beam_tfrecord.errors import UsageError
-from beam_tfrecord.model import Box, ErrorRecord, ImageAnnotation, InputError, ObjectAnnotation
-from beam_tfrecord.sources import (SourceOutput, exists, image_extensions, is_hidden, list_dir,
-                                   list_tree, parent, read_text)
+from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
+                                         InputError, ObjectAnnotation)
+from beam_tfrecord.sources.base import (SourceOutput, image_extensions,
+                                        is_hidden)
+from beam_tfrecord.storage import paths
+from beam_tfrecord.storage.files import (exists, list_dir, list_tree, parent,
+                                         read_text)
+from beam_tfrecord.write import masks
 
 LOG = logging.getLogger("beam_tfrecord")
 YAML_SPLITS = ("train", "val", "test")          # Ultralytics keys, kept as split names
@@ -476,3 +480,48 @@ class ReadYolo(beam.PTransform):
     return SourceOutput(images=tuple(images) | "Images" >> beam.Flatten(),
                         errors=tuple(errors) | "Errors" >> beam.Flatten(),
                         categories=categories)
+
+
+# --- the source protocol (sources/registry.py) ---
+
+MASKS = True  # segmentation polygons: --include-masks rasterizes them
+EXPORT_WHAT = "data.yaml"  # what each split folder of an export holds
+
+
+def check(config) -> None:
+  """The yaml / obj.data parses and names existing folders."""
+  for item in config.inputs:
+    split, uri = paths.parse_assignment(item)
+    load(uri, split)
+
+
+def possible_splits(config) -> Optional[set]:
+  return None  # not looked at before the run
+
+
+def read(root, config, *, first_id: int, in_process: bool) -> Tuple[SourceOutput, List[str]]:
+  datasets = [load(uri, split) for split, uri in
+              (paths.parse_assignment(item) for item in config.inputs)]
+  source = root | "ReadYolo" >> ReadYolo(datasets, first_id, config.allow_absolute_paths,
+                                         config.follow_symlinks,
+                                         include_masks=config.include_masks)
+  return source, sorted({s for d in datasets for s, _ in d.splits})
+
+
+def fingerprint_patterns(config) -> Tuple[List[Tuple[str, str]], List[str]]:
+  """The dataset yaml / obj.data, the dataset root, each image directory and its label
+  directory (or list file)."""
+  patterns: List[Tuple[str, str]] = []
+  for item in config.inputs:
+    split, uri = paths.parse_assignment(item)
+    dataset = load(uri, split)
+    patterns.append(("tree", paths.join(dataset.root, "**")))
+    for _, entries in dataset.splits:  # entries may lie outside the root (../x)
+      for entry in entries:
+        patterns.append(("file", entry) if entry.endswith(".txt") else
+                        ("tree", paths.join(entry, "**")))
+        if not entry.endswith(".txt"):
+          patterns.append(("tree", paths.join(label_dir(entry), "**")))
+    if uri.endswith((".yaml", ".yml", ".data")):
+      patterns.append(("file", uri))
+  return patterns, []

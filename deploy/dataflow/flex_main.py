@@ -19,12 +19,9 @@ SEPARATOR = ";"
 def convert_actions() -> Dict[str, object]:
   """{'num-shards': argparse action, ...} of `beam-tfrecord convert`, without --format's
   siblings from other subcommands."""
-  from beam_tfrecord.cli import make_parser
-  parser = make_parser()
-  sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
-  convert = sub.choices["convert"]
-  return {opt[2:]: action for action in convert._actions for opt in action.option_strings
-          if opt.startswith("--") and opt != "--help"}
+  from beam_tfrecord.cli import convert_options
+  return {opt[2:]: action for action in convert_options() for opt in action.option_strings
+          if opt.startswith("--")}
 
 
 def translate(argv: Sequence[str], actions: Dict[str, object] = None) -> List[str]:
@@ -41,7 +38,7 @@ def translate(argv: Sequence[str], actions: Dict[str, object] = None) -> List[st
         if action.nargs == 0:  # store_true flag: template value true/false
           if value.strip().lower() in ("true", "1", "yes"):
             result.append(f"--{option}")
-        elif isinstance(action, argparse._AppendAction):
+        elif isinstance(action, argparse._AppendAction):  # pinned: tests/test_private_apis.py
           result.extend(f"--{option}={v.strip()}" for v in value.split(SEPARATOR) if v.strip())
         else:
           result.append(f"--{option}={value}")

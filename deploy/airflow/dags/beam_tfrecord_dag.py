@@ -22,12 +22,13 @@ import subprocess
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
+from airflow.providers.apache.beam.operators.beam import \
+    BeamRunPythonPipelineOperator
 from airflow.sdk import DAG, Param, task
 
 try:  # Dataflow configuration objects (apache-airflow-providers-google)
-  from airflow.providers.google.cloud.operators.dataflow import (CheckJobRunning,
-                                                                 DataflowConfiguration)
+  from airflow.providers.google.cloud.operators.dataflow import (
+      CheckJobRunning, DataflowConfiguration)
 except ImportError:  # pragma: no cover - the Dataflow DAG needs the google provider
   CheckJobRunning = DataflowConfiguration = None
 
@@ -72,7 +73,7 @@ def verify_output(output: str, python: str = PYTHON) -> dict:
   and every shard parses with TensorFlow and matches the manifest's counts."""
   check = (
       "import json, sys\n"
-      "from beam_tfrecord import output, verify\n"
+      "from beam_tfrecord.finalize import output\nfrom beam_tfrecord.readback import verify\n"
       "m = output.read_manifest(sys.argv[1])\n"
       "assert m.get('status', 'ok') == 'ok', m.get('status')\n"
       "assert m['totals']['examples'] > 0, m['totals']\n"

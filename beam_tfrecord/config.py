@@ -1,0 +1,228 @@
+"""The conversion's settings: ConvertConfig (frozen once built), its validation, and format
+resolution (--format auto, the default schema). Beam-free: the CLI imports it for --help."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import posixpath
+from typing import Any, Dict, List, Optional, Tuple
+
+from beam_tfrecord import schemas
+from beam_tfrecord.errors import UsageError
+from beam_tfrecord.plan import naming
+from beam_tfrecord.prepare import splitting
+from beam_tfrecord.records.boxes import BBOX_POLICIES
+from beam_tfrecord.sources import registry
+from beam_tfrecord.storage import paths
+from beam_tfrecord.storage.files import DEFAULT_MAX_IMAGE_BYTES
+from beam_tfrecord.write import images as imaging
+from beam_tfrecord.write.encode import EncodeOptions
+from beam_tfrecord.write.images import DEFAULT_MAX_PIXELS
+from beam_tfrecord.write.orientation import EXIF_FRAMES
+
+FORMATS = ("auto", *registry.FORMATS)
+SCHEMAS = tuple(schemas.REGISTRY)
+SINKS = ("shards", "beam")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertConfig:
+  """Everything a conversion needs besides Beam's own pipeline options. Frozen: a changed
+  setting is a new config (dataclasses.replace), so a validated config stays validated."""
+  format: str
+  inputs: List[str]                       # [SPLIT=]URI of annotation files (VOC: the VOC root)
+  output: str
+  images: List[str] = dataclasses.field(default_factory=list)  # [SPLIT=]image root
+  label_map: Optional[str] = None
+  split: Optional[str] = None             # 'train=0.8,val=0.2': hash-assigned splits
+  num_shards: Optional[int] = None
+  shard_size_mb: Optional[float] = None
+  sink: str = "shards"
+  csv_columns: Optional[str] = None
+  bbox_policy: str = "clip"
+  allow_absolute_paths: bool = False
+  overwrite: bool = False
+  max_error_rate: Optional[float] = None  # fail the run above this; 0 = --strict
+  max_pixels: int = DEFAULT_MAX_PIXELS
+  exif_frame: str = "auto"
+  verify_images: bool = False
+  max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+  image_sets: Optional[str] = None        # voc: 'train,val' picks ImageSets/Main lists
+  source_fingerprint: Optional[Dict[str, Any]] = None  # set by convert --if-changed
+  schema: Optional[str] = None            # None: classification for image-level sources
+  follow_symlinks: bool = False
+  include_masks: bool = False
+  max_side: Optional[int] = None          # preprocessing (images.Preprocess)
+  resize: Optional[str] = None            # 'WxH'
+  image_format: str = "keep"
+  jpeg_quality: int = imaging.DEFAULT_JPEG_QUALITY
+  records_per_shard: Optional[int] = None
+  feature_names: Optional[str] = None     # 'OLD=NEW,...'
+  shard_name_template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE
+  writer_processes: int = 0               # 0: one per core on the in-process local runner
+
+  def schema_option(self) -> str:
+    return self.schema or schemas.DEFAULT
+
+  def renames(self) -> Dict[str, str]:
+    """--feature-names checked against the schema's keys (UsageError when wrong)."""
+    spec = schemas.get(self.schema_option()).with_masks(self.include_masks).feature_spec
+    return schemas.parse_feature_names(self.feature_names, spec)
+
+  def encode_options(self) -> EncodeOptions:
+    schema = schemas.get(self.schema_option())
+    # a schema whose readers decode one format (coco-objects: JPEG) turns 'keep' into it
+    image_format = (schema.image_format if schema.image_format and self.image_format == "keep"
+                    else self.image_format)
+    return EncodeOptions(bbox_policy=self.bbox_policy, max_pixels=self.max_pixels,
+                         exif_frame=self.exif_frame, verify_images=self.verify_images,
+                         max_image_bytes=self.max_image_bytes, include_masks=self.include_masks,
+                         preprocess=imaging.Preprocess(
+                             max_side=self.max_side,
+                             resize=imaging.parse_size(self.resize) if self.resize else None,
+                             image_format=image_format, jpeg_quality=self.jpeg_quality),
+                         schema=schema.option, renames=tuple(sorted(self.renames().items())))
+
+  def validate(self) -> None:
+    if self.format not in FORMATS:
+      raise ValueError(f"--format must be one of {', '.join(FORMATS)}")
+    if not self.inputs:
+      raise ValueError("give at least one --input")
+    if any(c in self.output for c in "[]*?"):
+      # Beam's own file sinks (WriteToText for the error report) glob their temporary paths
+      raise ValueError(f"--output {self.output!r} contains one of [ ] * ?, which Beam's file "
+                       "sinks read as a pattern; choose a directory name without them")
+    if self.sink not in SINKS:
+      raise ValueError(f"--sink must be one of {', '.join(SINKS)}")
+    if self.num_shards is not None and self.num_shards < 1:
+      raise ValueError("--num-shards must be at least 1")
+    if self.num_shards and self.shard_size_mb:
+      raise ValueError("give --num-shards or --shard-size-mb, not both")
+    if self.shard_size_mb is not None and self.shard_size_mb <= 0:
+      raise ValueError("--shard-size-mb must be positive")
+    if self.records_per_shard is not None and (
+        self.records_per_shard < 1 or self.num_shards or self.shard_size_mb):
+      raise ValueError("--records-per-shard must be at least 1, without --num-shards or "
+                       "--shard-size-mb")
+    if self.sink == "beam" and (self.records_per_shard or self.shard_name_template !=
+                                naming.DEFAULT_SHARD_NAME_TEMPLATE):
+      raise ValueError("--records-per-shard and --shard-name-template need --sink shards "
+                       "(Beam's WriteToTFRecord names and fills its shards itself)")
+    if self.shard_name_template != naming.DEFAULT_SHARD_NAME_TEMPLATE:
+      naming.template_fields(self.shard_name_template)
+    if self.split:
+      splitting.parse_split_fractions(self.split)
+    for item in list(self.inputs) + list(self.images):
+      split, _ = paths.parse_assignment(item)
+      if split:
+        splitting.check_split_name(split)
+    if self.bbox_policy not in BBOX_POLICIES:
+      raise ValueError(f"--bbox-policy must be one of {', '.join(BBOX_POLICIES)}")
+    if self.exif_frame not in EXIF_FRAMES:
+      raise ValueError(f"--exif-frame must be one of {', '.join(EXIF_FRAMES)}")
+    if self.max_error_rate is not None and not 0 <= self.max_error_rate <= 1:
+      raise ValueError("--max-error-rate must be within [0, 1]")
+    if self.max_pixels < 1:
+      raise ValueError("--max-pixels must be positive")
+    if self.max_image_bytes < 1:
+      raise ValueError("--max-image-bytes must be positive")
+    if self.image_sets is not None and self.format != "voc":
+      raise ValueError("--image-sets applies to --format voc only")
+    if self.image_sets is not None and self.split:
+      raise ValueError("give --image-sets or --split, not both")
+    if self.schema is not None:
+      schemas.get(self.schema)
+    from beam_tfrecord.sources.csv import \
+        parse_column_map  # Beam: convert only
+    parse_column_map(self.csv_columns)
+    if self.max_side is not None and self.resize:
+      raise ValueError("give --max-side or --resize, not both")
+    if self.max_side is not None and self.max_side < 1:
+      raise ValueError("--max-side must be at least 1")
+    if self.resize:
+      imaging.parse_size(self.resize)
+    if self.image_format not in imaging.IMAGE_FORMATS:
+      raise ValueError(f"--image-format must be one of {', '.join(imaging.IMAGE_FORMATS)}")
+    if not 1 <= self.jpeg_quality <= 100:
+      raise ValueError("--jpeg-quality must be within 1..100")
+    if self.writer_processes < 0:
+      raise ValueError("--writer-processes must be 0 (automatic) or more")
+
+  def check_resolved(self) -> None:
+    """The checks that need the format and the schema decided (see resolve): UsageError."""
+    schema = schemas.get(self.schema_option())
+    if self.include_masks and not schema.masks:
+      raise UsageError(f"--include-masks writes image/object/mask of the {schemas.DEFAULT} "
+                       f"schema, not {schema.option}")
+    if self.include_masks and not registry.get(self.format).MASKS:
+      with_masks = [name for name in registry.FORMATS if registry.get(name).MASKS]
+      raise UsageError(f"--include-masks needs segmentations: format {self.format} has none "
+                       f"(use one of {', '.join(with_masks)})")
+    if schema.image_format and self.image_format not in ("keep", schema.image_format):
+      raise UsageError(f"--schema {schema.option} writes {schema.image_format.upper()} (what "
+                       f"its readers decode); --image-format {self.image_format} does not fit "
+                       "it")
+    self.renames()
+    if self.shard_name_template != naming.DEFAULT_SHARD_NAME_TEMPLATE:
+      splits = possible_splits(self)
+      naming.check_template(self.shard_name_template, splits, self.num_shards)
+      naming.check_names(self.shard_name_template, splits, self.num_shards)
+
+  def image_roots(self) -> Tuple[Optional[str], Dict[str, str]]:
+    """(default image root, {split: image root}) from the --images options."""
+    default, per_split = None, {}
+    for item in self.images:
+      split, root = paths.parse_assignment(item)
+      if split:
+        per_split[split] = root
+      else:
+        default = root
+    return default, per_split
+
+  def file_inputs(self) -> List[Tuple[Optional[str], str, str]]:
+    """(split, annotation uri, image root) of each --input of a file format (COCO, CSV): the
+    root is the split's --images, else the unprefixed --images, else the file's directory."""
+    default_root, per_split = self.image_roots()
+    result = []
+    for item in self.inputs:
+      split, uri = paths.parse_assignment(item)
+      root = per_split.get(split or "", default_root)
+      if root is None:
+        root = posixpath.dirname(uri) if paths.is_remote(uri) else os.path.dirname(uri) or "."
+      result.append((split, uri, root))
+    return result
+
+  def split_fractions(self) -> Optional[Dict[str, float]]:
+    return splitting.parse_split_fractions(self.split) if self.split else None
+
+
+def possible_splits(config: ConvertConfig) -> Optional[set]:
+  """The splits a run can produce, when known before reading the data (None: a CSV's split
+  column can name any; YOLO and class folders are not looked at here)."""
+  if config.split:
+    return set(config.split_fractions())
+  return registry.possible_splits(config)
+
+
+def resolve(config: ConvertConfig) -> ConvertConfig:
+  """A config with --format auto decided (detect.py) and the schema chosen: classification
+  for image-level sources (class folders, classification CSV listings), else od-api.
+  Raises UsageError when the format cannot be decided (registry.check does the rest)."""
+  if config.format == "auto":
+    from beam_tfrecord.sources import detect
+    found = detect.detect(config.inputs)
+    config = dataclasses.replace(config, format=found.format, inputs=list(found.inputs))
+  if config.schema is None:
+    config = dataclasses.replace(config, schema="classification"
+                                 if registry.image_level(config) else schemas.DEFAULT)
+  try:
+    config.check_resolved()
+  except ValueError as e:
+    raise UsageError(str(e)) from None
+  return config
+
+
+def input_paths(config: "ConvertConfig") -> List[str]:
+  """Every path the run reads: annotation inputs, image roots, the label map."""
+  found = [paths.parse_assignment(i)[1] for i in list(config.inputs) + list(config.images)]
+  return found + ([config.label_map] if config.label_map else [])

@@ -1,0 +1,164 @@
+"""The dataset card: README.md in every output directory, rendered from its manifest.
+
+`render(manifest)` is pure (the finalize step writes its result next to manifest.json), so
+everything in the card is a number or a name the manifest holds: what was converted, from
+where, when and with which command; counts per split and per class; the schema's keys; a
+tf.data reading snippet with this output's feature_description; the error summary.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Dict, List, Mapping, Sequence
+
+NAME = "README.md"
+
+_TF_DTYPES = {"string": "tf.string", "int64": "tf.int64", "float32": "tf.float32"}
+_PY_TYPES = {"string": "bytes", "int64": "int64", "float32": "float32"}
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence], right: int = 1) -> List[str]:
+  """A Markdown table; columns from `right` on are numbers, right-aligned."""
+  align = ["---" if i < right else "---:" for i in range(len(header))]
+  return ["| " + " | ".join(map(str, header)) + " |", "| " + " | ".join(align) + " |"] + [
+      "| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in rows]
+
+
+def _code(text: str) -> str:
+  return "`" + text.replace("`", "'") + "`"
+
+
+def default_split(manifest: Mapping) -> str:
+  splits = list(manifest.get("splits") or {})
+  return "train" if "train" in splits else (splits[0] if splits else "train")
+
+
+def feature_lines(features: Mapping[str, Mapping]) -> List[str]:
+  """`feature_description = {...}` for tf.io.parse_single_example, one key a line."""
+  lines = ["feature_description = {"]
+  for key, spec in features.items():
+    dtype = _TF_DTYPES.get(spec["dtype"], "tf.string")
+    parser = (f"tf.io.FixedLenFeature([], {dtype})" if spec.get("kind") == "fixed"
+              else f"tf.io.VarLenFeature({dtype})")
+    lines.append(f"    {key!r}: {parser},")
+  return lines + ["}"]
+
+
+def tf_data_snippet(manifest: Mapping) -> str:
+  """Plain TensorFlow reading code for this output, runnable as written."""
+  from beam_tfrecord.readback import views
+  output = (manifest.get("config") or {}).get("output") or "."
+  split = default_split(manifest)
+  try:
+    image_key = views.resolve(manifest).image
+  except ValueError:
+    image_key = None
+  lines = ["import tensorflow as tf", "",
+           f"OUTPUT = {output!r}  # this directory", ""]
+  lines += feature_lines(manifest.get("features") or {})
+  lines += ["", "",
+            "def parse(record):",
+            "    return tf.io.parse_single_example(record, feature_description)",
+            "", "",
+            f"files = sorted(tf.io.gfile.glob(OUTPUT + {'/' + split + '-[0-9]*-of-*.tfrecord'!r}))",
+            "dataset = tf.data.TFRecordDataset(files).map(parse)",
+            "for example in dataset.take(1):"]
+  if image_key:
+    lines += [f"    image = tf.io.decode_image(example[{image_key!r}], expand_animations=False)",
+              "    print(image.shape, sorted(example))"]
+  else:
+    lines.append("    print(sorted(example))")
+  lines.append("print(sum(1 for _ in dataset), 'examples')  # reads every record")
+  return "\n".join(lines)
+
+
+def _command(manifest: Mapping) -> str:
+  args = list(manifest.get("args") or [])
+  return "beam-tfrecord " + shlex.join(args) if args else "(not recorded)"
+
+
+def render(manifest: Mapping) -> str:
+  """README.md for the output directory this manifest describes."""
+  config = manifest.get("config") or {}
+  output = config.get("output") or "."
+  name = output.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or output
+  splits: Mapping[str, Mapping] = manifest.get("splits") or {}
+  totals = manifest.get("totals") or {}
+  errors = manifest.get("errors") or {}
+  label_map: Mapping[str, int] = manifest.get("label_map") or {}
+  split = default_split(manifest)
+
+  out = [f"# {name}: dataset card", "",
+         f"TFRecord files of `tf.train.Example`, converted by beam-tfrecord "
+         f"{manifest.get('version', '?')} on {manifest.get('created', '?')}. "
+         f"Status: **{manifest.get('status', '?')}**. This card is generated from "
+         f"`manifest.json`, which has the same numbers for programs.", ""]
+  source = [("source format", _code(str(manifest.get("format")))),
+            ("annotations", ", ".join(_code(i) for i in config.get("inputs") or []) or "-"),
+            ("images", ", ".join(_code(i) for i in config.get("images") or [])
+             or "next to the annotations"),
+            ("schema", _code(str(manifest.get("schema")))),
+            ("writer", _code(str(manifest.get("sink")))),
+            ("command", _code(_command(manifest)))]
+  renamed = manifest.get("feature_names")
+  if renamed:
+    pairs = renamed.items() if isinstance(renamed, Mapping) else (
+        i.split("=", 1) for i in renamed)
+    source.append(("renamed features", ", ".join(f"`{a}` → `{b}`" for a, b in pairs)))
+  out += _table(["", ""], source, right=2) + [""]
+
+  out += ["## Splits", ""]
+  rows = [(s, e.get("examples"), e.get("objects"), e.get("num_shards"),
+           f"{(e.get('bytes') or 0) / 1e6:.2f}") for s, e in splits.items()]
+  rows.append(("**total**", totals.get("examples"), totals.get("objects"),
+               sum(e.get("num_shards") or 0 for e in splits.values()),
+               f"{(totals.get('bytes') or 0) / 1e6:.2f}"))
+  out += _table(["split", "examples", "objects", "shards", "MB"], rows) + [""]
+  extra = []
+  if totals.get("clipped_boxes"):
+    extra.append(f"{totals['clipped_boxes']} boxes were clipped to their image.")
+  if totals.get("reoriented_images"):
+    extra.append(f"{totals['reoriented_images']} images were rotated upright (EXIF).")
+  out += ([" ".join(extra), ""] if extra else [])
+
+  out += ["## Classes", "", "Objects (or, for classification, examples) per class and split; "
+          "ids as in `label_map.pbtxt`.", ""]
+  names = sorted(set(label_map) | {c for e in splits.values() for c in e.get("classes") or {}},
+                 key=lambda c: (label_map.get(c, 1 << 62), c))
+  rows = [(label_map.get(c, "-"), c,
+           *[(e.get("classes") or {}).get(c, 0) for e in splits.values()],
+           sum((e.get("classes") or {}).get(c, 0) for e in splits.values())) for c in names]
+  out += _table(["id", "class", *splits, "total"], rows, right=2) + [""]
+
+  out += ["## Features", "", "Keys with one value per example are read as "
+          "`tf.io.FixedLenFeature([])`; lists (per object) as `tf.io.VarLenFeature`.", ""]
+  features: Mapping[str, Mapping] = manifest.get("features") or {}
+  out += _table(["key", "type", "values"], [
+      (f"`{k}`", _PY_TYPES.get(f["dtype"], f["dtype"]),
+       "one per example" if f.get("kind") == "fixed" else "list")
+      for k, f in features.items()], right=3) + [""]
+
+  out += ["## Reading it", "", "With plain TensorFlow (`tf.data`):", "", "```python",
+          tf_data_snippet(manifest), "```", "",
+          "With beam-tfrecord (feature spec from `manifest.json`, per-object lists dense):", "",
+          "```python", "from beam_tfrecord import reader", "",
+          f"dataset = reader.load({output!r}, split={split!r})",
+          "for example in dataset.take(1):",
+          "    print({k: v.shape for k, v in example.items()})",
+          f"reader.show({output!r}, split={split!r}, n=16)  # PIL image of 16 examples",
+          "```", ""]
+
+  out += ["## Errors", ""]
+  count = errors.get("count", 0)
+  if not count:
+    out += ["No input was rejected.", ""]
+  else:
+    out += [f"{count} inputs were rejected or warned about (error rate "
+            f"{errors.get('rate', 0):.4g}); one JSON line each in "
+            f"{', '.join(_code(f) for f in errors.get('files') or []) or '`errors-*.jsonl`'}.",
+            ""]
+    out += _table(["reason", "count"], sorted((errors.get("by_reason") or {}).items(),
+                                              key=lambda kv: (-kv[1], kv[0]))) + [""]
+    levels: Dict[str, int] = errors.get("by_level") or {}
+    if levels:
+      out += ["By level: " + ", ".join(f"{k} {v}" for k, v in levels.items()) + ".", ""]
+  return "\n".join(out)

@@ -1,0 +1,77 @@
+"""What a finished run's manifest says: per-split entries, error rate, outcome. Pure."""
+from __future__ import annotations
+
+import posixpath
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from beam_tfrecord.plan.shard_plan import SplitPlan
+from beam_tfrecord.storage import paths
+from beam_tfrecord.write.shard_writer import merge_stats, new_stats
+
+# What a finished run's manifest says ("outcome") and the exit code the CLI gives it.
+OUTCOMES = {"ok": 0, "lost_records": 1, "lock_lost": 1, "no_images": 2, "error_rate": 3,
+            "empty": 4}
+
+
+def error_rate(images: int, levels: Mapping[str, int]) -> float:
+  """Rejections per image seen: file, image and object errors over (converted + rejected
+  images). Warnings (the image was converted) do not count."""
+  rejected = sum(n for level, n in levels.items() if level != "warning")
+  seen = images + levels.get("image", 0)
+  return rejected / seen if seen else (1.0 if rejected else 0.0)
+
+
+def split_entries(stats: Sequence[Dict], beam_files: Sequence[str]) -> Dict[str, Dict]:
+  """Manifest entries per split: shard stats merged (sink.merge_stats) plus the shard list."""
+  by_split: Dict[str, List[Dict]] = {}
+  for s in sorted(stats, key=lambda s: (s["split"], -1 if s["shard"] is None else s["shard"])):
+    by_split.setdefault(s["split"], []).append(s)
+  shard_files: Dict[str, List[Dict]] = {
+      split: [{"path": s["path"], "examples": s["examples"], "objects": s["objects"],
+               "bytes": s["bytes"]} for s in items if s["shard"] is not None]
+      for split, items in by_split.items()}
+  for path in sorted(beam_files):  # --sink beam: per-file counts are unknown
+    name = posixpath.basename(path.replace("\\", "/"))
+    shard_files.setdefault(name.rsplit("-", 3)[0], []).append(
+        {"path": name, "examples": None, "objects": None, "bytes": paths.size_of(path)})
+  splits = {}
+  for split, files in sorted(shard_files.items()):
+    total = merge_stats(by_split.get(split) or [new_stats(split, None, "")])
+    splits[split] = {
+        "examples": total["examples"], "images": total["images"], "objects": total["objects"],
+        "bytes": sum(f["bytes"] for f in files) if beam_files else total["bytes"],
+        "clipped_boxes": total["clipped"], "reoriented_images": total["reoriented"],
+        "classes": total["classes"], "shards": files, "num_shards": len(files)}
+  return splits
+
+
+def outcome_of(totals: Mapping[str, int], levels: Mapping[str, int], rate: float,
+               limit: Optional[float], lost: str) -> Tuple[str, str]:
+  """(outcome, status) of a finished run; status is 'ok' or 'failed: why'. Nothing written
+  is never a success: with no image even seen it is 'no_images', else 'empty'."""
+  if lost:
+    return "lost_records", (f"failed: the runner lost records ({lost}); the output is "
+                            "incomplete. Beam's multi_threading local mode did this under load "
+                            "in our measurements")
+  if not totals["examples"]:
+    if not levels.get("image"):
+      return "no_images", ("failed: no images found in the input (see errors-*.jsonl for "
+                           "annotation files that could not be read)")
+    return "empty", (f"failed: nothing was written: all {levels['image']} images were "
+                     "rejected (see errors-*.jsonl)")
+  if limit is not None and rate > limit:
+    rejected = sum(n for level, n in levels.items() if level != "warning")
+    return "error_rate", (f"failed: error rate {rate:.4g} exceeds --max-error-rate {limit:g} "
+                          f"({rejected} rejected inputs, see errors-*.jsonl)")
+  return "ok", "ok"
+
+
+def lost_records(plans: Mapping[str, SplitPlan], stats: Sequence[Dict]) -> str:
+  """'' when every planned image was written or rejected, else what is missing per split."""
+  done: Dict[str, int] = {}
+  for s in stats:
+    # images, not examples: a per-object schema writes several records per image
+    done[s["split"]] = done.get(s["split"], 0) + s.get("images", s["examples"]) + s["rejected"]
+  return ", ".join(f"split {split}: {plan.count} planned, {done.get(split, 0)} written or "
+                   f"rejected" for split, plan in sorted(plans.items())
+                   if done.get(split, 0) != plan.count)

@@ -1,0 +1,305 @@
+"""The output directory: who owns what in it, and how a finished run replaces the last one.
+
+Never destroy, never mix, never pretend:
+- A run writes everything (shards, error report, label map, manifest) into its own run
+  directory, `OUT/.beam-tfrecord-run-<id>/`. Only a run that succeeded (status ok, at least
+  one example) replaces the output; a failed or empty one leaves the previous output as it
+  was, and its run directory stays behind as the report of what went wrong.
+- The replacement (`commit`) is journaled: `OUT/.beam-tfrecord-swap.json` names the run
+  directory and the files; the old manifest goes first (readers then see no output rather
+  than a mix), the old files next, the new files are moved in, and the new manifest.json
+  last. A kill anywhere in between leaves the journal, and `recover` rolls the swap forward
+  (the run directory still holds the complete new output).
+- The tool owns only what a manifest lists plus its own `.beam-tfrecord-*` entries. Anything
+  else in the output directory is foreign: a run refuses to start rather than delete it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from beam_tfrecord.errors import UsageError
+from beam_tfrecord.storage import files, paths
+
+MANIFEST = "manifest.json"
+LABEL_MAP = "label_map.pbtxt"
+LABELS_TXT = "labels.txt"   # schemas numbering classes from 0: line i is the name of id i
+OWN_PREFIX = ".beam-tfrecord-"           # every name of ours that is not an output file
+RUN_PREFIX = OWN_PREFIX + "run-"         # a run's directory: staging, then its failure report
+JOURNAL = OWN_PREFIX + "swap.json"       # present only while a commit is replacing files
+LOCK = OWN_PREFIX + "lock"
+
+
+class OutputNotEmpty(UsageError):
+  pass
+
+
+def run_dir(output: str, run_id: str) -> str:
+  """The directory one run writes into before its output replaces the last one."""
+  return paths.join(output, f"{RUN_PREFIX}{run_id}")
+
+
+_KILL_AT = os.environ.get("BEAM_TFRECORD_KILL_AT")  # read once: checked for every image
+
+
+def kill_point(point: str) -> None:
+  """Fault injection for the kill tests: BEAM_TFRECORD_KILL_AT=<point> in the environment of a
+  process it starts with kills it (SIGKILL, no cleanup) when it reaches that point."""
+  if _KILL_AT == point:
+    import signal
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _basename(uri: str) -> str:
+  return posixpath.basename(uri.replace("\\", "/").rstrip("/"))
+
+
+def entries(output: str) -> List[str]:
+  """Names directly inside the output directory (files and directories); [] when missing.
+  On object stores, the first path component of every object under the prefix."""
+  if paths.is_remote(output):
+    from apache_beam.io.filesystems import FileSystems
+    prefix = output.rstrip("/") + "/"
+    try:
+      found = FileSystems.match([paths.glob_escape(prefix) + "**"])[0].metadata_list
+    except Exception:
+      return []
+    return sorted({m.path[len(prefix):].split("/", 1)[0] for m in found
+                   if m.path.startswith(prefix) and len(m.path) > len(prefix)})
+  try:
+    return sorted(os.listdir(output))
+  except FileNotFoundError:
+    return []
+  except NotADirectoryError:
+    raise UsageError(f"--output {output} is a file, not a directory") from None
+
+
+def _exists(uri: str) -> bool:
+  if not paths.is_remote(uri):
+    return os.path.exists(uri)  # what Beam's LocalFileSystem.exists does, without Beam
+  from apache_beam.io.filesystems import FileSystems
+  return FileSystems.exists(uri)
+
+
+def read_json(uri: str) -> Dict:
+  with files.open_read(uri) as f:
+    return json.loads(f.read().decode("utf-8"))
+
+
+def write_atomic(uri: str, data: bytes) -> None:
+  """Write to a hidden name of ours beside `uri`, then rename it into place."""
+  from apache_beam.io.filesystems import FileSystems
+  base = _basename(uri)
+  tmp = paths.join(uri[: len(uri) - len(base)].rstrip("/\\") or ".", f"{OWN_PREFIX}tmp-{base}")
+  with FileSystems.create(tmp) as f:
+    f.write(data)
+  FileSystems.rename([tmp], [uri])
+
+
+class IncompleteOutput(Exception):
+  """The output has no manifest because a run was killed while replacing it."""
+
+
+def read_manifest(output: str) -> Dict:
+  try:
+    return read_json(paths.join(output, MANIFEST))
+  except Exception:
+    if _exists(paths.join(output, JOURNAL)):
+      raise IncompleteOutput(
+          f"{output}: a run was interrupted while replacing the output; run "
+          f"`beam-tfrecord verify --repair {output}` (or the next convert) to complete it"
+      ) from None
+    raise
+
+
+def files_of(manifest: Dict) -> List[str]:
+  """Every file a finished run wrote into the output, manifest.json included. Manifests from
+  before the `files` list are read from their shard, error and label map entries."""
+  if "files" in manifest:
+    return sorted(set(manifest["files"]) | {MANIFEST})
+  names = {MANIFEST, LABEL_MAP}
+  for entry in manifest.get("splits", {}).values():
+    names.update(_basename(s["path"]) for s in entry.get("shards", []))
+  names.update(manifest.get("errors", {}).get("files", []))
+  return sorted(names)
+
+
+def name_inside(path: str, output: str) -> Optional[str]:
+  """The first component of `path` below `output`, or None when it is not inside it."""
+  if paths.is_remote(path) != paths.is_remote(output):
+    return None
+  if paths.is_remote(path):
+    a, b = path.rstrip("/"), output.rstrip("/") + "/"
+    return a[len(b):].split("/", 1)[0] if a.startswith(b) and len(a) > len(b) else None
+  rel = os.path.relpath(os.path.abspath(path), os.path.abspath(output))
+  if rel == "." or rel.startswith(".." + os.sep) or rel == "..":
+    return None
+  return rel.split(os.sep, 1)[0]
+
+
+def check_ownership(output: str, overwrite: bool, inputs: Iterable[str],
+                    writes: Iterable[str] = (MANIFEST, LABEL_MAP)) -> Optional[Dict]:
+  """Decide, before anything is written, whether a run may replace what is in `output`.
+
+  Returns the previous run's manifest (None when there is none). Raises UsageError (exit 2)
+  when the directory holds foreign files (listed, nothing deleted), when it holds an earlier
+  run and `overwrite` is off, or when an input (label map, annotations, images) inside the
+  output has a name the new output would replace.
+  """
+  names = entries(output)
+  if not names:
+    return None
+  previous = None
+  if MANIFEST in names:
+    try:
+      previous = read_json(paths.join(output, MANIFEST))
+    except Exception as e:
+      raise UsageError(f"{output}/{MANIFEST} is unreadable ({type(e).__name__}: {e}); it is "
+                       "not an output this tool can replace") from None
+    if not isinstance(previous, dict) or previous.get("tool") != "beam-tfrecord":
+      raise UsageError(f"{output}/{MANIFEST} was not written by beam-tfrecord; refusing to "
+                       "replace that directory")
+  owned = set(files_of(previous)) if previous else set()
+  input_names = {n for n in (name_inside(i, output) for i in inputs) if n}
+  clash = sorted(input_names & (owned | set(writes)))
+  if clash:
+    raise UsageError(f"input {clash[0]!r} lies in the output directory {output} under a name "
+                     "this run writes; move it out of the output directory first")
+  foreign = [n for n in names
+             if not n.startswith(OWN_PREFIX) and n not in owned and n not in input_names]
+  if foreign:
+    shown = ", ".join(foreign[:20]) + (f" and {len(foreign) - 20} more" if len(foreign) > 20
+                                       else "")
+    raise OutputNotEmpty(f"output directory {output} holds files this tool did not write: "
+                         f"{shown}. Nothing was deleted; choose another --output or move them")
+  if previous is not None and not overwrite:
+    raise OutputNotEmpty(f"output directory {output} holds an earlier run (created "
+                         f"{previous.get('created')}); pass --overwrite to replace it once "
+                         "the new run has succeeded")
+  return previous
+
+
+def remove_leftovers(output: str, keep: Sequence[str] = ()) -> None:
+  """Remove run directories of earlier runs (finished, failed or killed) and our temporary
+  files. Called with the output lock held, so none of them belongs to a live run."""
+  for name in entries(output):
+    if name.startswith(OWN_PREFIX) and name not in (LOCK, JOURNAL) and name not in keep:
+      _delete_tree(paths.join(output, name))
+
+
+def _delete_tree(uri: str) -> None:
+  from apache_beam.io.filesystems import FileSystems
+  if paths.is_remote(uri):
+    found = _match_all(uri)
+    if found:
+      FileSystems.delete(found)
+  elif os.path.isdir(uri):
+    import shutil
+    shutil.rmtree(uri, ignore_errors=True)
+  elif os.path.lexists(uri):
+    os.remove(uri)
+
+
+def _match_all(prefix: str) -> List[str]:
+  from apache_beam.io.filesystems import FileSystems
+  try:
+    return [m.path for m in FileSystems.match(
+        [paths.glob_escape(prefix.rstrip("/")) + "/**"])[0].metadata_list]
+  except Exception:
+    return []
+
+
+def _delete_files(uris: Iterable[str]) -> None:
+  from apache_beam.io.filesystems import FileSystems
+  present = [u for u in uris if FileSystems.exists(u)]
+  if present:
+    FileSystems.delete(present)
+
+
+def commit(output: str, run_directory: str, manifest: Dict,
+           protected: Iterable[str] = ()) -> None:
+  """Replace the output's previous files with the run's (journaled, see the module doc).
+
+  `manifest` is the new run's, already written as RUN/manifest.json; its `files` are in RUN.
+  `protected` names in the output (inputs inside it) are never deleted.
+  """
+  previous = None
+  try:
+    previous = read_json(paths.join(output, MANIFEST))
+  except Exception:
+    pass
+  old = [f for f in (files_of(previous) if previous else []) if f not in set(protected)]
+  journal = {"run_id": manifest["run_id"], "run_dir": _basename(run_directory),
+             "files": files_of(manifest), "old_files": old}
+  write_atomic(paths.join(output, JOURNAL), json.dumps(journal, indent=1).encode())
+  kill_point("swap-journal")
+  _roll_forward(output, journal)
+
+
+def _roll_forward(output: str, journal: Dict) -> None:
+  """Idempotent: each step checks what is already done, so a repeat after a kill finishes."""
+  from apache_beam.io.filesystems import FileSystems
+  run_directory = paths.join(output, journal["run_dir"])
+  new_files = [f for f in journal["files"] if f != MANIFEST]
+  if FileSystems.exists(paths.join(run_directory, MANIFEST)):
+    _delete_files([paths.join(output, MANIFEST)])
+    kill_point("swap-old-manifest")
+    _delete_files(paths.join(output, f) for f in journal["old_files"]
+                  if f not in journal["files"])
+    kill_point("swap-old-files")
+    for i, name in enumerate(new_files):
+      src = paths.join(run_directory, name)
+      if FileSystems.exists(src):
+        dst = paths.join(output, name)
+        if not paths.is_remote(dst):
+          os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+        FileSystems.rename([src], [dst])
+      if i == 0:
+        kill_point("swap-move")
+    FileSystems.rename([paths.join(run_directory, MANIFEST)], [paths.join(output, MANIFEST)])
+    kill_point("swap-manifest")
+  _delete_tree(run_directory)
+  _delete_files([paths.join(output, JOURNAL)])
+
+
+def recover(output: str) -> Optional[str]:
+  """Complete a replacement that was killed part way. Returns what was done, or None."""
+  uri = paths.join(output, JOURNAL)
+  if not _exists(uri):
+    return None
+  journal = read_json(uri)
+  _roll_forward(output, journal)
+  return (f"completed the interrupted replacement by run {journal['run_id']} "
+          f"({len(journal['files'])} files)")
+
+
+def pending_swap(output: str) -> Optional[Dict]:
+  """The journal of an interrupted replacement, or None."""
+  uri = paths.join(output, JOURNAL)
+  return read_json(uri) if _exists(uri) else None
+
+
+def summary(manifest: Dict, output: str, seconds: Optional[float] = None) -> str:
+  totals, errors = manifest["totals"], manifest["errors"]
+  # a schema writing one record per object (or none for some images): say records, not images
+  per_image = totals.get("images", totals["examples"]) == totals["examples"]
+  count = "images" if per_image else "records"
+  lines = [f"beam-tfrecord {manifest['version']}: {manifest['format']} -> {output}"]
+  lines.append(f"  {'split':<12}{count:>9}{'objects':>10}{'shards':>8}{'MB':>10}")
+  for split, entry in manifest["splits"].items():
+    lines.append(f"  {split:<12}{entry['examples']:>9}{entry['objects']:>10}"
+                 f"{entry['num_shards']:>8}{entry['bytes'] / 1e6:>10.2f}")
+  written = (f"images {totals['examples']}" if per_image else
+             f"records {totals['examples']} (of {totals['images']} images)")
+  lines.append(f"  {written}, objects {totals['objects']}, classes "
+               f"{len(manifest['label_map'])}, shards "
+               f"{sum(e['num_shards'] for e in manifest['splits'].values())}, clipped boxes "
+               f"{totals['clipped_boxes']}, errors {errors['count']}"
+               + (f", {seconds:.1f} s" if seconds is not None else ""))
+  if errors["count"]:
+    reasons = ", ".join(f"{k} {v}" for k, v in errors["by_reason"].items())
+    lines.append(f"  errors by reason: {reasons} (details in "
+                 f"{', '.join(errors['files']) or 'errors-*.jsonl'})")
+  return "\n".join(lines)

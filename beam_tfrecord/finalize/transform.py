@@ -1,0 +1,126 @@
+"""Finalize: label_map.pbtxt, the dataset card and manifest.json written last into the run
+directory; a successful run then replaces the output (output.commit)."""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import posixpath
+from typing import Dict, List, Sequence
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+import beam_tfrecord
+from beam_tfrecord import schemas
+from beam_tfrecord.config import ConvertConfig, input_paths
+from beam_tfrecord.finalize import card
+from beam_tfrecord.finalize import lock as locks
+from beam_tfrecord.finalize import output as outputs
+from beam_tfrecord.finalize.manifest import (error_rate, lost_records,
+                                             outcome_of, split_entries)
+from beam_tfrecord.prepare import label_map as label_maps
+from beam_tfrecord.records.model import ErrorRecord
+from beam_tfrecord.storage import paths
+
+MANIFEST = outputs.MANIFEST
+LABEL_MAP = outputs.LABEL_MAP
+LABELS_TXT = outputs.LABELS_TXT
+
+
+class Finalize(beam.DoFn):
+  """Writes label_map.pbtxt and manifest.json (last) into the run directory; a successful
+  run then replaces the output (output.commit), a failed one stays there as its report."""
+
+  def __init__(self, config: ConvertConfig, argv: Sequence[str], run_directory: str,
+               run_id: str):
+    self.config, self.argv = config, list(argv)
+    self.run_directory, self.run_id = run_directory, run_id
+
+  def process(self, _, stats, error_counts, label_map, error_files, beam_files, plan):
+    from apache_beam.io.filesystems import FileSystems
+    run_directory = self.run_directory
+    if not FileSystems.exists(run_directory) and not paths.is_remote(run_directory):
+      FileSystems.mkdirs(run_directory)  # nothing was written: no image, no error
+    _name_shards(run_directory, stats)
+    outputs.write_atomic(paths.join(run_directory, LABEL_MAP),
+                         label_maps.to_text(label_map).encode())
+    schema = schemas.from_options(self.config.encode_options())
+    if schema.first_id == 0:
+      outputs.write_atomic(paths.join(run_directory, LABELS_TXT),
+                           label_maps.to_lines(label_map).encode())
+    splits = split_entries(stats, beam_files)
+    totals = {k: sum(e[k] for e in splits.values())
+              for k in ("examples", "images", "objects", "bytes", "clipped_boxes",
+                        "reoriented_images")}
+    reasons = {k: v for k, v in sorted(error_counts.items()) if not k.startswith("level:")}
+    levels = {k[6:]: v for k, v in sorted(error_counts.items()) if k.startswith("level:")}
+    rate = error_rate(totals["images"], levels)  # per image: records may be several or none
+    outcome, status = outcome_of(totals, levels, rate, self.config.max_error_rate,
+                                 lost_records(plan.splits, stats))
+    if outcome == "ok" and not locks.held_by(self.config.output, self.run_id):
+      outcome, status = "lock_lost", ("failed: another run took over the output lock "
+                                      "(--break-lock) while this one ran")
+    files = sorted({n for n in outputs.entries(run_directory) if not n.startswith(".")
+                    and not n.startswith("beam-temp")} | {card.NAME, MANIFEST})
+    manifest = {
+        "tool": "beam-tfrecord",
+        "version": beam_tfrecord.__version__,
+        "status": status,
+        "outcome": outcome,
+        "run_id": self.run_id,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "schema": schema.name,
+        "format": self.config.format,
+        "sink": self.config.sink,
+        "args": self.argv,
+        "source_fingerprint": self.config.source_fingerprint,
+        "config": dataclasses.asdict(self.config),
+        "features": schema.manifest_features(),
+        "label_map": dict(sorted(label_map.items(), key=lambda kv: kv[1])),
+        "splits": splits,
+        "totals": totals,
+        "errors": {"count": sum(reasons.values()), "rate": rate, "by_level": levels,
+                   "by_reason": reasons,
+                   "files": sorted(posixpath.basename(f.replace("\\", "/")) for f in error_files)},
+        "files": files,
+    }
+    outputs.write_atomic(paths.join(run_directory, card.NAME),
+                         card.render(manifest).encode("utf-8"))
+    outputs.write_atomic(paths.join(run_directory, MANIFEST),
+                         json.dumps(manifest, indent=2, ensure_ascii=False).encode("utf-8"))
+    outputs.kill_point("finalize")
+    if outcome == "ok":
+      protected = [n for n in (outputs.name_inside(p, self.config.output)
+                               for p in input_paths(self.config)) if n]
+      outputs.commit(self.config.output, run_directory, manifest, protected)
+    # else: the run directory stays as the failed run's report, shards included, so that
+    # `verify`/`inspect` can look at it; the next run into this output removes it
+    yield manifest
+
+
+def _name_shards(run_directory: str, stats: Sequence[Dict]) -> None:
+  """--shard-name-template: shards were written under unique default names (their final
+  names need {count}); name them inside the run directory, before the manifest lists the
+  run's files, so that output.commit moves them and --overwrite owns them by these names.
+  Idempotent (a retried finalize finds them named)."""
+  from apache_beam.io.filesystems import FileSystems
+  shards = [s for s in stats if s["shard"] is not None]
+  finals = [s["path"] for s in shards]
+  if len(set(finals)) != len(finals):  # a {count} made two names equal: move nothing
+    raise RuntimeError(f"shard names clash after writing: {sorted(finals)}")
+  moves = [(paths.join(run_directory, s["staged"]), paths.join(run_directory, s["path"]))
+           for s in shards if s.get("staged")]
+  moves = [(src, dst) for src, dst in moves if FileSystems.exists(src)]
+  taken = {src for src, _ in moves} & {dst for _, dst in moves}
+  if taken:  # a final name is another shard's staging name: renaming would overwrite it
+    raise RuntimeError(f"shard names clash with staging names: {sorted(taken)}")
+  if moves:
+    FileSystems.rename([src for src, _ in moves], [dst for _, dst in moves])
+
+
+def count_keys(error: ErrorRecord) -> List[str]:
+  """Counter names for one error: its reason and its level (counted in Beam metrics too)."""
+  Metrics.counter("beam_tfrecord.errors", error.reason).inc()
+  Metrics.counter("beam_tfrecord.error_levels", error.level).inc()
+  return [error.reason, f"level:{error.level}"]

@@ -1,0 +1,9 @@
+"""Prepare: from a source's images to located images with a split, and the label map.
+
+In: PCollection[ImageAnnotation] straight from a source. Out: images with a file size and a
+split (duplicates dropped or routed), ErrorRecords for missing files, and {name: id}.
+  locate.py     PrepareImages (Beam)
+  splitting.py  split names, --split fractions, the hash that assigns a split (pure)
+  labels.py     BuildLabelMap (Beam)
+  label_map.py  label_map.pbtxt read and written (pure)
+"""

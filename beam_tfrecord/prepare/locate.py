@@ -1,0 +1,98 @@
+"""PrepareImages: every image located (file size) and given its split; duplicates dropped."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import apache_beam as beam
+
+from beam_tfrecord.finalize import output as outputs
+from beam_tfrecord.prepare import splitting
+from beam_tfrecord.prepare.splitting import DEFAULT_SPLIT
+from beam_tfrecord.records.model import ImageAnnotation, InputError
+from beam_tfrecord.storage import paths
+from beam_tfrecord.write.shard_writer import pick_one
+
+
+def _locate_and_assign(ann: ImageAnnotation, fractions: Optional[Mapping[str, float]],
+                       size: Any = None):
+  """Fill in the file size and the split, or report the missing file (one fused step).
+  `size` is the file size or InputError when it was looked up already (_locate_batch), or
+  the annotation's own size_bytes when its source saw the file (COCO's paths.resolve_sized)."""
+  outputs.kill_point("parse")
+  try:
+    if size is None:
+      size = ann.size_bytes if ann.size_bytes is not None else paths.file_size(ann.uri)
+    if isinstance(size, InputError):
+      raise size
+  except InputError as e:
+    yield beam.pvalue.TaggedOutput("errors", e.record(ann.source, ann.key))
+    return
+  if fractions:
+    split = splitting.split_for_key(ann.key, fractions)
+  else:
+    split = ann.split or DEFAULT_SPLIT
+  yield ann if (size, split) == (ann.size_bytes, ann.split) else ann.replace(size_bytes=size,
+                                                                            split=split)
+
+
+REMOTE_LOCATE_THREADS = 16
+
+
+def _size_or_error(uri: str) -> Any:
+  try:
+    return paths.file_size(uri)
+  except InputError as e:
+    return e
+
+
+def _locate_batch(batch: Sequence[ImageAnnotation], fractions: Optional[Mapping[str, float]]):
+  """_locate_and_assign over a batch, the sizes looked up concurrently: on an object store
+  each lookup is a round trip, and one at a time they cost as much as the reads."""
+  import concurrent.futures
+  with concurrent.futures.ThreadPoolExecutor(REMOTE_LOCATE_THREADS) as pool:
+    sizes = list(pool.map(_size_or_error, [a.uri for a in batch]))
+  for ann, size in zip(batch, sizes):
+    yield from _locate_and_assign(ann, fractions, size)
+
+
+def _first_of_duplicates(uri: str, anns: Iterable[ImageAnnotation]):
+  kept, errors = pick_one(uri, anns)
+  for error in errors:
+    yield beam.pvalue.TaggedOutput("errors", error)
+  yield kept
+
+
+class PrepareImages(beam.PTransform):
+  """PCollection[ImageAnnotation] -> (located, split-assigned images, errors).
+
+  In: images straight from a source. Out: every image with a split and a file size; images
+  whose file is missing become ErrorRecords. With dedupe, a file annotated twice keeps one
+  annotation here (a shuffle by file); the shard writer does the same inside its own grouping
+  instead (shard_plan.ShardPlan.duplicates), which saves that shuffle.
+  """
+
+  def __init__(self, fractions: Optional[Mapping[str, float]], dedupe: bool = True,
+               remote: bool = False):
+    super().__init__()
+    self.fractions = dict(fractions) if fractions else None
+    self.dedupe = dedupe
+    self.remote = remote  # images on an object store: look sizes up in concurrent batches
+
+  def expand(self, images):
+    if self.remote:
+      images = images | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=256)
+      locate = beam.FlatMap(_locate_batch, self.fractions)
+    else:
+      locate = beam.FlatMap(_locate_and_assign, self.fractions)
+    located = (images
+               | "Locate" >> locate.with_output_types(ImageAnnotation).with_outputs(
+                   "errors", main="images"))
+    if not self.dedupe:
+      return located.images, located.errors
+    unique = (located.images
+              | "ByFile" >> beam.Map(lambda a: (a.uri, a))
+              | "GroupByFile" >> beam.GroupByKey()
+              | "Dedupe" >> beam.FlatMapTuple(_first_of_duplicates).with_outputs(
+                  "errors", main="images"))
+    errors = (located.errors, unique.errors) | "Errors" >> beam.Flatten()
+    return unique.images, errors

@@ -1,0 +1,146 @@
+"""`beam-tfrecord verify`: check an output against its manifest, one line per problem.
+
+Checks, in order: no interrupted replacement; a manifest with status ok; every listed file
+present; each shard's byte count, record framing (CRCs) and record count as the manifest says,
+every record parsed with TensorFlow through the manifest's feature spec; no record file the
+manifest does not list (named like TFRecords, or by the run's --shard-name-template);
+label_map.pbtxt equal to the manifest's label map.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Tuple
+
+from beam_tfrecord.finalize import output as outputs
+from beam_tfrecord.records import tfrecord
+from beam_tfrecord.storage import files, paths
+
+RECORD_FILE = re.compile(r"(\.tfrec|\.tfrecord|\.tfrecords)$|-\d{5}-of-\d{5}")
+
+
+def template_pattern(template: Optional[str]) -> Optional["re.Pattern"]:
+  """A regex matching the names --shard-name-template gives (each field: any text), so
+  that a stray file named like the run's shards is found whatever the template."""
+  import string
+  if not template:
+    return None
+  try:
+    parts = [re.escape(literal) + (".+" if field is not None else "")
+             for literal, field, _, _ in string.Formatter().parse(template)]
+  except ValueError:
+    return None
+  return re.compile("^" + "".join(parts) + "$")
+
+
+def locate_corruption(uri: str) -> Tuple[int, str]:
+  """(index of the first bad record, why) by walking the TFRecord framing with CRC checks."""
+  index = 0
+  with files.open_read(uri) as f:
+    while True:
+      try:
+        if tfrecord.read_record(f) is None:
+          return -1, ""
+      except ValueError as e:
+        text = str(e)
+        why = ("CRC mismatch" if "data mask" in text else
+               "length CRC mismatch" if "length mask" in text else "truncated record")
+        return index, why
+      index += 1
+
+
+def _check_shard(uri: str, name: str, spec: Dict, expected: Optional[int]) -> Tuple[int,
+                                                                                    List[str]]:
+  """(records parsed, problems) of one shard file."""
+  import tensorflow as tf
+  problems: List[str] = []
+  count = 0
+  parse = lambda r: tf.io.parse_single_example(r, spec)  # noqa: E731
+  try:
+    for record in tf.data.TFRecordDataset([uri]).map(parse):
+      count += 1
+      for key in ("image/width", "width"):
+        if key in record and int(record[key]) <= 0:
+          problems.append(f"{name}: record {count - 1} has {key} {int(record[key])}")
+  except tf.errors.DataLossError:
+    index, why = locate_corruption(uri)
+    problems.append(f"{name}: corrupt record {max(index, count)} ({why or 'unreadable'})")
+    return count, problems
+  except tf.errors.InvalidArgumentError as e:
+    first = str(e).strip().splitlines()[0][:200]
+    problems.append(f"{name}: record {count} does not parse with the manifest's features "
+                    f"({first})")
+    return count, problems
+  if expected is not None and count != expected:
+    problems.append(f"{name}: manifest says {expected} records, the file holds {count}")
+  return count, problems
+
+
+def check(output: str, repair: bool = False) -> Tuple[int, List[str], List[str]]:
+  """(records parsed, problems, notes). No problems means the output is sound."""
+  from beam_tfrecord.prepare import label_map as label_maps
+  from beam_tfrecord.readback import reader
+  notes: List[str] = []
+  journal = outputs.pending_swap(output)
+  if journal is not None:
+    if not repair:
+      return 0, [f"{output}: a run ({journal['run_id']}) was interrupted while replacing the "
+                 "output; `beam-tfrecord verify --repair` completes it"], notes
+    notes.append(outputs.recover(output))
+  try:
+    manifest = outputs.read_json(paths.join(output, outputs.MANIFEST))
+  except Exception as e:
+    failed = [n for n in outputs.entries(output) if n.startswith(outputs.RUN_PREFIX)]
+    hint = f"; failed run reports: {', '.join(failed)}" if failed else ""
+    return 0, [f"{output}: no readable {outputs.MANIFEST} ({type(e).__name__}){hint}"], notes
+  problems: List[str] = []
+  if manifest.get("status") != "ok":
+    problems.append(f"{outputs.MANIFEST}: status is {manifest.get('status')!r}, not 'ok'")
+  listed = set(outputs.files_of(manifest))
+  present = set(outputs.entries(output))
+  for name in sorted(listed - present):
+    problems.append(f"{name}: listed in the manifest, missing")
+  ours = template_pattern((manifest.get("config") or {}).get("shard_name_template"))
+  for name in sorted(present - listed):
+    if not name.startswith(outputs.OWN_PREFIX) and (
+        RECORD_FILE.search(name) or (ours is not None and ours.match(name))):
+      problems.append(f"{name}: stray record file, not in the manifest")
+  spec = reader.feature_description(manifest)
+  total = 0
+  for split, entry in manifest["splits"].items():
+    listed_examples = [s.get("examples") for s in entry["shards"]]
+    if None not in listed_examples and sum(listed_examples) != entry.get("examples"):
+      problems.append(f"{split}: manifest says {entry.get('examples')} examples, its shards "
+                      f"{sum(listed_examples)}")
+    for shard in entry["shards"]:
+      name = shard["path"]
+      uri = paths.join(output, name)
+      if name not in present:
+        continue
+      size = paths.size_of(uri)
+      if shard.get("bytes") is not None and size != shard["bytes"]:
+        problems.append(f"{name}: manifest says {shard['bytes']} bytes, the file has {size}")
+      count, found = _check_shard(uri, name, spec, shard.get("examples"))
+      total += count
+      problems.extend(found)
+  if outputs.LABEL_MAP in listed and outputs.LABEL_MAP in present:
+    try:
+      from beam_tfrecord import \
+          schemas  # classification numbers classes from 0
+      on_disk = label_maps.read(paths.join(output, outputs.LABEL_MAP),
+                                schemas.first_id_of(manifest.get("schema")))
+      if on_disk != manifest.get("label_map"):
+        problems.append(f"{outputs.LABEL_MAP}: differs from the manifest's label map")
+    except ValueError as e:
+      problems.append(f"{outputs.LABEL_MAP}: {e}")
+  return total, problems, notes
+
+
+def run(output: str, repair: bool = False) -> int:
+  """Print one line per problem and a verdict; 0 when sound, 1 otherwise."""
+  total, problems, notes = check(output, repair)
+  for note in notes:
+    print(f"verify: {note}")
+  for problem in problems:
+    print(problem)
+  print(f"verify: {total} examples parsed with TensorFlow: {'OK' if not problems else 'FAILED'}")
+  return 0 if not problems else 1

@@ -1,0 +1,45 @@
+"""What the shard writer is given: an ImageAnnotation as bytes, its routing in front.
+
+After PrepareImages each image takes two more steps before its shard is written (the shard
+plan, the grouping by shard), then goes to a writer process. As a dataclass it was encoded
+twice and decoded twice on the way (nine objects rebuilt each time, ~21 us) and pickled to the
+writer (~24 us), all on the runner's one thread. Packed, the plan and the routing read the
+fields in front, the grouping by shard carries only the bytes (`BLOB`: the plain tuple of the
+annotation's fields in marshal's format, ~340 bytes), and the writer process rebuilds the
+dataclass on its own core. The in-process runner holds the grouped records twice, encoded:
+marshal's bytes are 16% smaller than pickle's for these tuples, at the same speed (20,000
+images: peak 372 -> 363 MB). marshal's format belongs to one Python version, and a blob is
+only ever read by the pipeline that wrote it: its writer processes run sys.executable, and a
+Dataflow job's workers share one container. Beam-free: writer processes import it.
+"""
+from __future__ import annotations
+
+import marshal
+from typing import Tuple
+
+from beam_tfrecord.records import plain
+from beam_tfrecord.records.model import ImageAnnotation
+
+# (split, key, uri, source, source_id, size_bytes, records, blob): records is what the schema
+# writes for the image (--records-per-shard counts them), blob the annotation (unpack)
+Packed = Tuple[str, str, str, str, str, int, int, bytes]
+SPLIT, KEY, URI, SOURCE, SOURCE_ID, SIZE, RECORDS, BLOB = range(8)
+
+_TO_PLAIN, _FROM_PLAIN = plain.record_converters(ImageAnnotation)
+
+
+def pack(ann: ImageAnnotation, records: int = 1) -> Packed:
+  """An annotation whose split and size are known (PrepareImages' output)."""
+  return (ann.split, ann.key, ann.uri, ann.source, ann.source_id, ann.size_bytes or 0, records,
+          marshal.dumps(_TO_PLAIN(ann)))
+
+
+def unpack(blob: bytes) -> ImageAnnotation:
+  """The annotation of a Packed's BLOB."""
+  return _FROM_PLAIN(marshal.loads(blob))
+
+
+def plan_entry(packed: Packed) -> Tuple[str, str, str, str, int, int, int]:
+  """sharding.PlanEntry of one image: (source, source_id, split, key, size, copies, records)."""
+  return (packed[SOURCE], packed[SOURCE_ID], packed[SPLIT], packed[KEY], packed[SIZE], 1,
+          packed[RECORDS])

@@ -1,0 +1,70 @@
+"""The formats this tool reads: one line each. Adding a format is one module in sources/, one
+test file and one line here.
+
+A format's module (sources/NAME.py) implements the source protocol, looked up through get():
+  detect(path) -> reason or None        --format auto: does this path look like the format?
+  check(config)                         before running: UsageError when the inputs are wrong
+  possible_splits(config) -> set|None   splits known before reading the data (None: unknown)
+  read(root, config, *, first_id, in_process) -> (SourceOutput, split names known up front)
+  fingerprint_patterns(config) -> ([(kind, glob)], implied image roots)   --if-changed
+  MASKS                                 True when its objects carry segmentations
+and optionally image_level(config) -> bool (the classification schema by default),
+EXPORT_FILE / EXPORT_WHAT (what one split folder of a Roboflow-style export holds).
+
+The modules are imported on first use: they import Apache Beam, and the commands that only
+read an output (--help, inspect, verify, show) must not pay for it.
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import List, Optional
+
+from beam_tfrecord.sources.checks import check_directory, check_label_map
+
+# name -> what it reads; the order is the order --format auto lists candidates in
+FORMATS = {
+    "coco": "COCO instances JSON",
+    "yolo": "Ultralytics data.yaml or Darknet obj.data with YOLO label files",
+    "voc": "Pascal VOC directory or a folder of LabelImg XMLs",
+    "csv": "TF Object Detection CSV, or a classification listing",
+    "folders": "class folders: ROOT/CLASS/IMAGE or ROOT/SPLIT/CLASS/IMAGE",
+}
+
+
+def names() -> List[str]:
+  return list(FORMATS)
+
+
+def get(name: str) -> ModuleType:
+  """The module of format `name` (ValueError for an unknown one)."""
+  if name not in FORMATS:
+    raise ValueError(f"unknown format {name!r}; one of {', '.join(FORMATS)}")
+  return importlib.import_module(f"beam_tfrecord.sources.{name}")
+
+
+def image_level(config) -> bool:
+  """True when the source labels whole images (the classification schema is its default)."""
+  check = getattr(get(config.format), "image_level", None)
+  return bool(check and check(config))
+
+
+def possible_splits(config) -> Optional[set]:
+  return get(config.format).possible_splits(config)
+
+
+def check(config) -> None:
+  """Every pre-run check of a resolved ConvertConfig: the label map, the image roots, then
+  the format's own (UsageError, one line, before the output directory is created)."""
+  from beam_tfrecord import schemas
+  if config.label_map:
+    check_label_map(config.label_map, schemas.from_options(config.encode_options()).first_id)
+  default_root, per_split = config.image_roots()
+  for split, root in sorted(per_split.items()) + ([(None, default_root)] if default_root else []):
+    check_directory(root, f"--images {split + '=' if split else ''}".rstrip())
+  get(config.format).check(config)
+
+
+def read(root, config, *, first_id: int, in_process: bool):
+  """(SourceOutput, split names known before running) of the config's format."""
+  return get(config.format).read(root, config, first_id=first_id, in_process=in_process)

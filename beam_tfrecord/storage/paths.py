@@ -1,0 +1,160 @@
+"""Resolve file names from annotation files safely inside an image root."""
+from __future__ import annotations
+
+import functools
+import os
+import posixpath
+import re
+import stat
+from typing import Optional, Tuple
+
+from beam_tfrecord.records.model import InputError
+
+_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def is_remote(uri: str) -> bool:
+  return bool(_SCHEME.match(uri))
+
+
+def join(root: str, name: str) -> str:
+  if is_remote(root):
+    return root.rstrip("/") + "/" + name
+  return os.path.join(root, name)
+
+
+def clean_name(name: object) -> str:
+  """Normalise a relative file name from an annotation; reject anything that could escape.
+
+  Returns the posix-normalised relative name (used as the image key).
+  """
+  if not isinstance(name, str) or not name.strip():
+    raise InputError("parse", "missing_filename", f"file name {name!r} is empty or not text")
+  try:
+    name.encode("utf-8")
+  except UnicodeEncodeError:
+    raise InputError("locate", "unsafe_path", f"file name {name!r} is not valid Unicode") from None
+  if "\x00" in name:
+    raise InputError("locate", "unsafe_path", f"file name {name!r} contains a NUL byte")
+  text = name.replace("\\", "/")
+  if text.startswith("/") or is_remote(text) or re.match(r"^[a-zA-Z]:/", text):
+    raise InputError("locate", "absolute_path",
+                     f"file name {name!r} is absolute; it must be relative to the image root")
+  normalized = posixpath.normpath(text)
+  if normalized == ".." or normalized.startswith("../"):
+    raise InputError("locate", "path_traversal",
+                     f"file name {name!r} points outside the image root")
+  return normalized
+
+
+def resolve(root: str, name: str, allow_absolute: bool = False,
+            follow_symlinks: bool = False) -> tuple[str, str]:
+  key, uri, _ = resolve_sized(root, name, allow_absolute, follow_symlinks)
+  return key, uri
+
+
+def resolve_sized(root: str, name: str, allow_absolute: bool = False,
+                  follow_symlinks: bool = False) -> tuple[str, str, Optional[int]]:
+  """(key, uri, size) for a file name from an annotation, guaranteed inside `root`; size is
+  the file's size when resolving saw it (a plain regular file), else None.
+
+  With allow_absolute, names that are full URIs or absolute paths are taken as they are
+  (for CSVs that list gs://bucket/... paths); the key is then the full name. A name that is a
+  symlink leading out of `root` is refused unless follow_symlinks, which accepts links whose
+  target is a readable file (symlink farms for splits, exports assembled with `ln -s`).
+  """
+  if allow_absolute and isinstance(name, str) and (is_remote(name) or name.startswith("/")):
+    return name, name, None
+  key = clean_name(name)
+  uri = join(root, key)
+  size = None
+  if not is_remote(root):
+    real_root = _realpath_of_root(root)
+    plain = _plain_path_inside(real_root, key)
+    if plain:
+      real, size = plain
+    else:
+      real = os.path.realpath(uri)
+    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+      if not follow_symlinks:
+        raise InputError("locate", "symlink_escape",
+                         f"{name!r} resolves to {real}, outside the image root {real_root}; "
+                         "pass --follow-symlinks to accept symlinked images")
+      if not (os.path.isfile(real) and os.access(real, os.R_OK)):
+        raise InputError("locate", "symlink_escape",
+                         f"{name!r} is a symlink to {real}, which is not a readable file")
+  return key, uri, size
+
+
+@functools.lru_cache(maxsize=256)
+def _realpath_of_root(root: str) -> str:
+  """realpath of an image root, once per run and root (it lstats every component: resolving
+  roots per image was 80 µs of the 110 µs that resolve took for each of 20,000 images).
+  pipeline.build forgets them (forget_roots): a long-lived process (a scheduler's) converts
+  again after a root symlink such as `current` was moved to a new export."""
+  return os.path.realpath(root)
+
+
+def forget_roots() -> None:
+  """Resolve image roots afresh from now on (at the start of each run)."""
+  _realpath_of_root.cache_clear()
+
+
+def _plain_path_inside(real_root: str, key: str) -> Optional[Tuple[str, Optional[int]]]:
+  """(real_root/key, its size if it is a regular file, else None) when none of the key's
+  components is a symlink (then that path is what realpath gives), else None; also None when
+  a component is missing (realpath decides then, and Locate reports the missing file)."""
+  path = real_root
+  for part in key.split("/"):
+    path = os.path.join(path, part)
+    try:
+      info = os.lstat(path)
+    except OSError:
+      return None
+    if stat.S_ISLNK(info.st_mode):
+      return None
+  return path, (info.st_size if stat.S_ISREG(info.st_mode) else None)
+
+
+def file_size(uri: str) -> int:
+  """Size of an existing file; InputError('locate', 'missing_image') when absent."""
+  if not is_remote(uri):
+    try:
+      st = os.stat(uri)
+    except OSError as e:
+      raise InputError("locate", "missing_image", f"{uri}: {e.strerror}") from None
+    if not os.path.isfile(uri):
+      raise InputError("locate", "missing_image", f"{uri} is not a file")
+    return st.st_size
+  from apache_beam.io.filesystems import FileSystems
+  try:
+    results = FileSystems.match([uri])[0].metadata_list
+  except Exception as e:  # BeamIOError for missing objects
+    raise InputError("locate", "missing_image", f"{uri}: {e}") from None
+  for meta in results:
+    if meta.path == uri:
+      return meta.size_in_bytes
+  raise InputError("locate", "missing_image", f"{uri} does not exist")
+
+
+def size_of(uri: str) -> int:
+  """Size of a file we just wrote. Not FileSystems.match, which would read '[', '*', '?' in
+  the path as a glob pattern."""
+  if not is_remote(uri):
+    return os.path.getsize(uri)  # what Beam's LocalFileSystem.metadata reports
+  from apache_beam.io.filesystems import FileSystems
+  return FileSystems.get_filesystem(uri).metadata(uri).size_in_bytes
+
+
+def glob_escape(root: str) -> str:
+  """A directory path made literal for use in front of a glob pattern."""
+  import glob
+  return root if is_remote(root) else glob.escape(root)
+
+
+def parse_assignment(text: str) -> tuple[Optional[str], str]:
+  """'train=path' -> ('train', 'path'); 'path' -> (None, 'path'). URIs keep their '='."""
+  name, sep, rest = text.partition("=")
+  if sep and name and re.fullmatch(r"[A-Za-z0-9_.-]+", name) and not is_remote(text):
+    return name, rest
+  return None, text

@@ -1,0 +1,141 @@
+"""One image from annotation to serialized Example: read bytes, probe/convert, encode.
+
+Shared by both sinks. Pure apart from reading the file (storage/files.read_bytes).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Callable, List, Mapping, Optional, Tuple
+
+from beam_tfrecord import schemas
+from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
+                                         InputError)
+from beam_tfrecord.storage.files import DEFAULT_MAX_IMAGE_BYTES, read_bytes
+from beam_tfrecord.write import images, orientation
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodeOptions:
+  bbox_policy: str = "clip"                 # boxes.BBOX_POLICIES
+  max_pixels: int = images.DEFAULT_MAX_PIXELS
+  exif_frame: str = "auto"                  # orientation.EXIF_FRAMES
+  verify_images: bool = False               # fully decode JPEG/PNG, not just check structure
+  max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES  # larger files are rejected before reading
+  schema: str = schemas.DEFAULT             # schemas.REGISTRY key
+  include_masks: bool = False               # rasterize segmentations into image/object/mask
+  preprocess: images.Preprocess = images.Preprocess()  # resize / re-encode at conversion time
+  renames: Tuple[Tuple[str, str], ...] = ()  # --feature-names, (old, new) pairs
+
+
+@dataclasses.dataclass
+class Converted:
+  records: Optional[List[bytes]]   # None when the image was rejected; per-object: 0..n
+  labels: List[str]
+  clipped: int
+  reoriented: bool
+  errors: List[ErrorRecord]
+
+  @property
+  def serialized(self) -> Optional[bytes]:
+    """The one record of a one-record-per-image schema (None when rejected)."""
+    return None if self.records is None else b"".join(self.records[:1])
+
+
+def _in_displayed_frame(ann: ImageAnnotation, prepared: images.PreparedImage,
+                        options: EncodeOptions, errors: List[ErrorRecord]
+                        ) -> Tuple[ImageAnnotation, str]:
+  """Put the boxes in the frame of the written image; report a size that disagrees.
+  Returns the annotation and the frame its coordinates were given in."""
+  src = prepared.source
+  frame = orientation.boxes_frame(src.orientation, (src.width, src.height),
+                                  (ann.width, ann.height), options.exif_frame)
+  expected = (src.width, src.height) if frame == "stored" else orientation.displayed_size(
+      src.orientation, src.width, src.height)
+  if ((ann.width is not None and ann.width != expected[0]) or
+      (ann.height is not None and ann.height != expected[1])):
+    errors.append(ErrorRecord(
+        source=ann.source, stage="validate", reason="size_mismatch", key=ann.key, level="warning",
+        message=f"annotation says {ann.width}x{ann.height}, image header says "
+        f"{expected[0]}x{expected[1]}; the header is used"))
+  if frame == "displayed" or src.orientation == 1:
+    return ann, frame
+  objects = tuple(dataclasses.replace(o, box=orientation.to_displayed(
+      o.box, src.orientation, src.width, src.height)) for o in ann.objects)
+  return ann.replace(objects=objects), frame
+
+
+def _scaled(ann: ImageAnnotation, prepared: images.PreparedImage) -> ImageAnnotation:
+  """Boxes and areas of the upright source image -> pixels of the written (resized) image.
+  Normalized boxes are unchanged by this; `area` (pixels) scales by sx * sy."""
+  src = prepared.source
+  shown = orientation.displayed_size(src.orientation, src.width, src.height)
+  sx, sy = prepared.info.width / shown[0], prepared.info.height / shown[1]
+  if (sx, sy) == (1.0, 1.0):
+    return ann
+  return ann.replace(objects=tuple(dataclasses.replace(
+      o, box=Box(o.box.xmin * sx, o.box.ymin * sy, o.box.xmax * sx, o.box.ymax * sy),
+      area=None if o.area is None else o.area * sx * sy) for o in ann.objects))
+
+
+def _with_masks(ann: ImageAnnotation, prepared: images.PreparedImage, frame: str,
+                errors: List[ErrorRecord]) -> ImageAnnotation:
+  """Rasterize each object's segmentation in the frame its coordinates are in, then move the
+  mask as the image was moved (upright, resized). An unreadable segmentation drops its object
+  (an object-level error), so masks and boxes stay aligned."""
+  from beam_tfrecord.write import \
+      masks  # numpy: writer processes without masks never import it
+  src = prepared.source
+  if frame == "stored":
+    size, turn = (src.width, src.height), src.orientation
+  else:
+    size, turn = orientation.displayed_size(src.orientation, src.width, src.height), 1
+  final = (prepared.info.width, prepared.info.height)
+  objects = []
+  for obj in ann.objects:
+    try:
+      mask = masks.transform(masks.from_json(obj.segmentation, *size), turn, final)
+    except InputError as e:
+      errors.append(ErrorRecord(
+          source=ann.source, stage=e.stage, reason=e.reason, key=ann.key, level="object",
+          message=f"{obj.label!r} (annotation id {obj.id}): {e.message}"))
+      continue
+    objects.append(dataclasses.replace(obj, segmentation=None, mask=masks.encode_png(mask)))
+  return ann.replace(objects=tuple(objects))
+
+
+def fetch(uri: str, limit: int = DEFAULT_MAX_IMAGE_BYTES, size: Optional[int] = None
+          ) -> Tuple[bytes, str]:
+  """The image bytes and their hex SHA-256: both release the GIL, so the shard writer runs
+  this on its read-ahead threads (the digest is `image/key/sha256` when the bytes pass through).
+  Files over `limit` bytes are rejected from a stat before reading, as in read_bytes."""
+  data = read_bytes(uri, limit, size)
+  return data, hashlib.sha256(data).hexdigest()
+
+
+def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
+            options: EncodeOptions = EncodeOptions(),
+            fetched: Optional[Callable[[], Tuple[bytes, str]]] = None) -> Converted:
+  """Never raises for bad input: every problem becomes an ErrorRecord. `fetched` returns
+  fetch(ann.uri) (or raises InputError) when it ran ahead; by default it is called here."""
+  errors: List[ErrorRecord] = []
+  try:
+    data, digest = (fetched() if fetched is not None else
+                    (read_bytes(ann.uri, options.max_image_bytes, ann.size_bytes), None))
+    prepared = images.prepare(data, options.max_pixels, options.verify_images,
+                              options.preprocess)
+    if digest is not None and prepared.encoded is data:  # written as read: the digest holds
+      prepared = dataclasses.replace(prepared, sha256_hex=digest)
+    ann, frame = _in_displayed_frame(ann, prepared, options, errors)
+    if options.include_masks:
+      ann = _with_masks(ann, prepared, frame, errors)
+    ann = _scaled(ann, prepared)
+    encoded = schemas.from_options(options).encode(ann, prepared, label_map, options)
+  except InputError as e:
+    return Converted(None, [], 0, False, errors + [e.record(ann.source, ann.key)])
+  except Exception as e:  # a bug or an unforeseen input: report it, never kill the job
+    return Converted(None, [], 0, False, errors + [ErrorRecord(
+        source=ann.source, stage="encode", reason="unexpected_error", key=ann.key,
+        message=f"{type(e).__name__}: {e}")])
+  return Converted(encoded.records, encoded.labels, encoded.clipped,
+                   prepared.source.orientation != 1, errors + encoded.errors)

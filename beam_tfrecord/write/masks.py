@@ -1,0 +1,164 @@
+"""Instance masks: COCO segmentations and pixel polygons -> PNG-encoded 0/1 masks. Pure.
+
+pycocotools is the reference rasterizer (what COCO's own `annToMask` and the official TF
+converters use). Its C code trusts its input: a compressed RLE string whose runs add up to more
+than the image writes past its buffer, and one that adds up to less decodes silently. So every
+segmentation is checked here first, and a bad one is an InputError (an object-level error).
+
+The PNG encoding is the official converters' (research/object_detection and official/vision
+create_coco_tf_record.py): an 8-bit grayscale PNG holding 0 and 1, at the image's size, read by
+official/vision's TfExampleDecoder(include_mask=True) with tf.io.decode_png(channels=1).
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+from PIL import Image
+
+from beam_tfrecord.records.model import InputError
+
+# EXIF orientation -> the Pillow transpose that shows the stored pixels upright (as
+# ImageOps.exif_transpose does for the photo itself).
+_UPRIGHT = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
+            4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
+            6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+            8: Image.Transpose.ROTATE_90}
+
+
+def _bad(message: str) -> InputError:
+  return InputError("validate", "bad_segmentation", message)
+
+
+def _check_polygons(polygons: Sequence[Any]) -> List[List[float]]:
+  if not polygons:
+    raise _bad("the segmentation is an empty list of polygons")
+  checked = []
+  for polygon in polygons:
+    if not isinstance(polygon, (list, tuple)):
+      raise _bad(f"a polygon must be a list of x, y numbers, got {polygon!r:.80}")
+    if len(polygon) < 6 or len(polygon) % 2:
+      raise _bad(f"a polygon needs an even number (at least 6) of coordinates, got "
+                 f"{len(polygon)}")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               for v in polygon):
+      raise _bad(f"a polygon has a non-numeric or non-finite coordinate: {polygon!r:.80}")
+    checked.append([float(v) for v in polygon])
+  return checked
+
+
+def _compressed_runs(counts: str) -> List[int]:
+  """The run lengths of COCO's compressed RLE string (pycocotools' rleFrString, in Python so
+  that a malformed string is rejected instead of handed to C)."""
+  runs: List[int] = []
+  p = 0
+  while p < len(counts):
+    x, k, more = 0, 0, True
+    while more:
+      if p >= len(counts):
+        raise _bad("compressed RLE string ends inside a number")
+      c = ord(counts[p]) - 48
+      if not 0 <= c < 64:
+        raise _bad(f"compressed RLE string has an invalid character {counts[p]!r}")
+      x |= (c & 0x1F) << (5 * k)
+      more = bool(c & 0x20)
+      p += 1
+      k += 1
+      if not more and c & 0x10:
+        x |= -1 << (5 * k)
+    if len(runs) > 2:
+      x += runs[-2]
+    runs.append(x)
+  return runs
+
+
+def _check_rle(rle: dict, width: int, height: int) -> dict:
+  size, counts = rle.get("size"), rle.get("counts")
+  if (not isinstance(size, (list, tuple)) or len(size) != 2 or
+      not all(isinstance(v, int) and not isinstance(v, bool) for v in size)):
+    raise _bad(f"RLE size must be [height, width], got {size!r:.40}")
+  if list(size) != [height, width]:
+    raise _bad(f"RLE size {list(size)} is not the image's [height, width] {[height, width]}")
+  if isinstance(counts, (list, tuple)):
+    runs = counts
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in runs):
+      raise _bad("uncompressed RLE counts must be integers")
+  elif isinstance(counts, str):
+    runs = _compressed_runs(counts)
+  else:
+    raise _bad(f"RLE counts must be a list or a string, got {type(counts).__name__}")
+  if any(v < 0 for v in runs) or sum(runs) != width * height:
+    raise _bad(f"RLE runs add up to {sum(runs)} pixels (negative runs: "
+               f"{any(v < 0 for v in runs)}), not the image's {width * height}")
+  return {"size": [height, width], "counts": list(counts) if isinstance(counts, (list, tuple))
+          else counts}
+
+
+def rasterize_coco(segmentation: Any, width: int, height: int) -> np.ndarray:
+  """A COCO `segmentation` (polygons, uncompressed RLE or compressed RLE, as in instances
+  JSON) -> uint8 array [height, width] of 0/1, the same pixels as pycocotools' annToMask."""
+  from pycocotools import mask as coco_mask
+  if isinstance(segmentation, dict):
+    rle = _check_rle(segmentation, width, height)
+    if isinstance(rle["counts"], list):  # uncompressed (crowd regions in COCO's files)
+      rle = coco_mask.frPyObjects(rle, height, width)
+    return coco_mask.decode(rle)
+  if isinstance(segmentation, (list, tuple)):
+    rles = coco_mask.frPyObjects(_check_polygons(segmentation), height, width)
+    return np.amax(coco_mask.decode(rles), axis=2)  # the union of the parts
+  raise _bad(f"a segmentation must be polygons or an RLE object, got "
+             f"{type(segmentation).__name__}")
+
+
+def rasterize_polygon(points: Sequence[float], width: int, height: int) -> np.ndarray:
+  """One polygon in pixel coordinates [x1, y1, x2, y2, ...] (e.g. a YOLO segmentation line
+  scaled by the image size) -> uint8 array [height, width] of 0/1, rasterized like COCO's."""
+  return rasterize_coco([list(points)], width, height)
+
+
+def polygon_json(points: Sequence[float], normalized: bool = False) -> str:
+  """One polygon [x1, y1, x2, y2, ...] as carried in ObjectAnnotation.segmentation; normalized
+  points (YOLO segmentation lines) are scaled by the image size when rasterized."""
+  return to_json({"polygon": [float(v) for v in points], "normalized": bool(normalized)})
+
+
+def from_json(text: Optional[str], width: int, height: int) -> np.ndarray:
+  """The segmentation as carried in ObjectAnnotation (compact JSON: COCO's, or a polygon_json)
+  -> 0/1 mask."""
+  if text is None:
+    raise InputError("validate", "missing_segmentation",
+                     "--include-masks is on but the object has no segmentation")
+  segmentation = json.loads(text)
+  if isinstance(segmentation, dict) and "polygon" in segmentation:
+    points = _check_polygons([segmentation["polygon"]])[0]
+    if segmentation.get("normalized"):
+      points = [v * (width if i % 2 == 0 else height) for i, v in enumerate(points)]
+    return rasterize_polygon(points, width, height)
+  return rasterize_coco(segmentation, width, height)
+
+
+def to_json(segmentation: Any) -> str:
+  """Compact JSON for the small annotation records (hashable, cheap to pickle)."""
+  return json.dumps(segmentation, separators=(",", ":"), allow_nan=True)
+
+
+def transform(mask: np.ndarray, orientation: int = 1,
+              size: Optional[Tuple[int, int]] = None) -> np.ndarray:
+  """Move a mask with its image: apply an EXIF orientation (stored -> upright frame), then
+  resize to size=(width, height) with nearest-neighbour sampling (values stay 0/1)."""
+  image = Image.fromarray(mask)
+  if orientation in _UPRIGHT:
+    image = image.transpose(_UPRIGHT[orientation])
+  if size is not None and image.size != tuple(size):
+    image = image.resize(tuple(size), Image.Resampling.NEAREST)
+  return np.asarray(image)
+
+
+def encode_png(mask: np.ndarray) -> bytes:
+  """uint8 0/1 array -> 8-bit grayscale PNG (the official converters' encoding)."""
+  out = io.BytesIO()
+  Image.fromarray(mask.astype(np.uint8, copy=False)).save(out, format="PNG")
+  return out.getvalue()
