@@ -21,7 +21,7 @@ from beam_tfrecord import config as config_mod
 from beam_tfrecord.config import FORMATS, SCHEMAS, SINKS, ConvertConfig
 from beam_tfrecord.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from beam_tfrecord.plan import naming, shard_plan
-from beam_tfrecord.storage import paths
+from beam_tfrecord.storage import files, paths
 from beam_tfrecord.storage.files import DEFAULT_MAX_IMAGE_BYTES
 from beam_tfrecord.write.images import (DEFAULT_JPEG_QUALITY,
                                         DEFAULT_MAX_PIXELS, IMAGE_FORMATS)
@@ -626,6 +626,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _main(argv: Optional[Sequence[str]]) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
+  files.forget_listings()  # one command, one run: object-store listings are cached for it
   parser = make_parser()
   args, beam_args = parser.parse_known_args(argv)
   if args.command not in ("convert", "demo") and beam_args:

@@ -19,7 +19,7 @@ from beam_tfrecord.prepare.splitting import DEFAULT_SPLIT
 from beam_tfrecord.records import coders, packed
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.sources import registry
-from beam_tfrecord.storage import paths
+from beam_tfrecord.storage import files, paths
 from beam_tfrecord.write.shard_writer import merge_stats
 from beam_tfrecord.write.transform import WriteShards, WriteWithBeamSink
 
@@ -60,7 +60,8 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   Raises UsageError for problems found before running (see resolve)."""
   config.validate()
   config = resolve(config)
-  paths.forget_roots()  # this run sees the image roots as they are now
+  paths.forget_roots()  # this run sees the image roots and listings as they are now
+  files.forget_listings()
   run_id = run_id or uuid.uuid4().hex
   staging = outputs.run_dir(config.output, run_id)
   options = config.encode_options()

@@ -76,13 +76,6 @@ def entries(output: str) -> List[str]:
     raise UsageError(f"--output {output} is a file, not a directory") from None
 
 
-def _exists(uri: str) -> bool:
-  if not paths.is_remote(uri):
-    return os.path.exists(uri)  # what Beam's LocalFileSystem.exists does, without Beam
-  from apache_beam.io.filesystems import FileSystems
-  return FileSystems.exists(uri)
-
-
 def read_json(uri: str) -> Dict:
   with files.open_read(uri) as f:
     return json.loads(f.read().decode("utf-8"))
@@ -106,7 +99,7 @@ def read_manifest(output: str) -> Dict:
   try:
     return read_json(paths.join(output, MANIFEST))
   except Exception:
-    if _exists(paths.join(output, JOURNAL)):
+    if files.exists(paths.join(output, JOURNAL), strict=True):
       raise IncompleteOutput(
           f"{output}: a run was interrupted while replacing the output; run "
           f"`beam-tfrecord verify --repair {output}` (or the next convert) to complete it"
@@ -267,7 +260,7 @@ def _roll_forward(output: str, journal: Dict) -> None:
 def recover(output: str) -> Optional[str]:
   """Complete a replacement that was killed part way. Returns what was done, or None."""
   uri = paths.join(output, JOURNAL)
-  if not _exists(uri):
+  if not files.exists(uri, strict=True):
     return None
   journal = read_json(uri)
   _roll_forward(output, journal)
@@ -278,7 +271,7 @@ def recover(output: str) -> Optional[str]:
 def pending_swap(output: str) -> Optional[Dict]:
   """The journal of an interrupted replacement, or None."""
   uri = paths.join(output, JOURNAL)
-  return read_json(uri) if _exists(uri) else None
+  return read_json(uri) if files.exists(uri, strict=True) else None
 
 
 def summary(manifest: Dict, output: str, seconds: Optional[float] = None) -> str:

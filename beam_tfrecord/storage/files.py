@@ -4,7 +4,7 @@ Beam-free to import: Beam's FileSystems is imported only when a remote path is t
 from __future__ import annotations
 
 import os
-from typing import BinaryIO, List, Optional, Tuple
+from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.records.model import InputError
@@ -33,7 +33,6 @@ def read_text(uri: str) -> bytes:
 def list_tree(root: str) -> List[str]:
   """Every file under `root`, recursively, as paths relative to it (posix '/'), sorted.
   Local trees through os.walk; gs:// and s3:// through Beam's FileSystems.match."""
-  import os
   if not paths.is_remote(root):
     found = []
     for folder, dirs, files in os.walk(root):
@@ -51,10 +50,19 @@ def list_tree(root: str) -> List[str]:
   return sorted(m.path[len(prefix):] for m in metas if m.path.startswith(prefix))
 
 
+# One-level listings of object-store prefixes, kept for one run (--format auto asks for the
+# same folders about ten times); forget_listings() starts a new run's.
+_LISTINGS: Dict[str, Tuple[List[str], List[str]]] = {}
+
+
+def forget_listings() -> None:
+  _LISTINGS.clear()
+
+
 def list_dir(root: str) -> Tuple[List[str], List[str]]:
   """(sub-directory names, file names) directly under a directory, sorted; ([], []) when it is
-  not a directory."""
-  import os
+  not a directory. On object stores one level is listed (gs://: the storage client's
+  delimiter listing), cached for the run."""
   if not paths.is_remote(root):
     try:
       entries = sorted(os.listdir(root))
@@ -62,33 +70,54 @@ def list_dir(root: str) -> Tuple[List[str], List[str]]:
       return [], []
     dirs = [e for e in entries if os.path.isdir(os.path.join(root, e))]
     return dirs, [e for e in entries if e not in dirs]
-  dirs, files = set(), set()
-  for rel in list_tree(root):
+  prefix = root.rstrip("/") + "/"
+  if prefix not in _LISTINGS:
+    _LISTINGS[prefix] = _list_level(prefix)
+  dirs, names = _LISTINGS[prefix]
+  return list(dirs), list(names)
+
+
+def _list_level(prefix: str) -> Tuple[List[str], List[str]]:
+  if prefix.startswith("gs://"):
+    bucket, _, name = prefix[len("gs://"):].partition("/")
+    try:
+      blobs = gcs.client().list_blobs(bucket, prefix=name, delimiter="/")
+      names = sorted(b.name[len(name):] for b in blobs  # every page, before .prefixes
+                     if b.name != name and not b.name.endswith("/"))
+      dirs = sorted(p[len(name):].rstrip("/") for p in blobs.prefixes)
+    except Exception:  # no such bucket, no access: not a directory
+      return [], []
+    return dirs, names
+  # other object stores (s3://): the recursive listing, cut at the first level
+  dirs, names = set(), set()
+  for rel in list_tree(prefix):
     head, sep, _ = rel.partition("/")
-    (dirs if sep else files).add(head)
-  return sorted(dirs), sorted(files)
+    (dirs if sep else names).add(head)
+  return sorted(dirs), sorted(names)
 
 
-def exists(uri: str) -> bool:
-  import os
+def exists(uri: str, strict: bool = False) -> bool:
+  """Whether the file or directory is there. An object store that cannot be asked (no
+  access, network) answers False, or raises with strict (where a wrong 'no' would lose data:
+  the output's swap journal)."""
   if not paths.is_remote(uri):
     return os.path.exists(uri)
   from apache_beam.io.filesystems import FileSystems
   try:
     return FileSystems.exists(uri)
   except Exception:
+    if strict:
+      raise
     return False
 
 
 def is_dir(uri: str) -> bool:
-  import os
   if not paths.is_remote(uri):
     return os.path.isdir(uri)
   return bool(list_dir(uri)[0] or list_dir(uri)[1])
 
 
 def parent(uri: str) -> str:
-  import os
   if paths.is_remote(uri):
     return uri.rstrip("/").rsplit("/", 1)[0]
   return os.path.dirname(os.path.normpath(uri)) or "."
