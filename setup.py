@@ -37,7 +37,7 @@ setup(
     extras_require={
         "plots": ["matplotlib>=3.7"],  # beam-tfrecord inspect --plot
         "dev": ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6",
-                "gcp-storage-emulator>=2026.7",  # tests/test_gcs.py: gs:// offline
+                "gcp-storage-emulator>=2026.7",  # tests/storage/test_gcs.py: gs:// offline
                 "matplotlib>=3.7"],  # the tests draw `inspect --plot` too
     },
     entry_points={"console_scripts": ["beam-tfrecord=beam_tfrecord.cli:console"]},

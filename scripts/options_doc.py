@@ -2,7 +2,7 @@
 
     python scripts/options_doc.py > docs/options.md
 
-tests/test_options.py fails when docs/options.md differs from what this prints.
+tests/cli/test_options.py fails when docs/options.md differs from what this prints.
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Generators of bad (and tricky good) inputs for the robustness tests, plus a run helper.
 
 Everything is made here from Pillow, struct/zlib and plain text: no files from the network.
-Used by test_bad_inputs.py, test_fuzz.py and test_atomic_output.py.
+Used by the bad-input corpora (tests/e2e/test_bad_inputs_*.py), the property tests and
+many conversion tests in every folder.
 """
 from __future__ import annotations
 

@@ -10,6 +10,17 @@ SampleImage records, the image bytes, the annotation files), never written out b
 Pipeline runs are the slow part (a few seconds each), so a run that several tests read is built
 once per test session by `shared.build(name, fn)`; with pytest-xdist the workers share it through
 a file lock in the session's common temporary directory.
+
+The test folders mirror the package: tests/sources/test_voc.py holds the tests of
+beam_tfrecord/sources/voc.py (its parse functions and its conversions), tests/plan/test_naming.py
+those of plan/naming.py, and so on; tests/cli/ holds the command line's, tests/deploy/ the
+deployment wrappers' (Dataflow, cron) and tests/e2e/ the whole-conversion tests about the product
+as a whole (end to end, output safety, bad inputs, determinism). Helper modules stay here at the
+top level (importable from every folder: pytest puts this directory on sys.path for conftest.py).
+
+Tests that run a Beam pipeline or a conversion subprocess, or take more than about a second, are
+marked `e2e` (everything under e2e/ and deploy/ by pytest_collection_modifyitems below):
+`pytest -m "not e2e"` runs the unit tests alone, `pytest -m e2e` the rest.
 """
 from __future__ import annotations
 
@@ -26,6 +37,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -39,6 +51,8 @@ if str(REPO) not in sys.path:
   sys.path.insert(0, str(REPO))
 
 from beam_tfrecord import sample  # noqa: E402
+from beam_tfrecord.records.model import (Box, ImageAnnotation,  # noqa: E402
+                                         ObjectAnnotation)
 
 PYTHON = sys.executable
 
@@ -583,3 +597,62 @@ def dataset(shared) -> Dataset:
 def small_dataset(tmp_path) -> Dataset:
   """A private 6-image dataset a test may modify."""
   return make_dataset(tmp_path / "data", count=6, seed=3, extras=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared by tests in several folders
+# ---------------------------------------------------------------------------------------------
+
+
+def encoded_image(fmt, mode="RGB", size=(33, 21), **save_options):
+  """A small image with some structure, encoded by Pillow as `fmt`."""
+  bands = len(Image.new(mode, (1, 1)).getbands())
+  image = Image.new(mode, size, (90, 20, 200, 255)[:bands] if bands > 1 else 7)
+  if size[0] > 2:  # some structure, so that a cut file is really missing data
+    image.paste((10, 250, 60, 128)[:bands] if bands > 1 else 1, (1, 1, size[0] // 2, size[1] // 2))
+  out = io.BytesIO()
+  image.save(out, format=fmt, **save_options)
+  return out.getvalue()
+
+
+# One annotation with every kind of field set (records/coders and packed).
+SAMPLE_ANNOTATION = ImageAnnotation(
+    key="a/é.jpg", uri="/data/a/é.jpg", source_id="42", source="/data/x.json", split="train",
+    width=640, height=None, size_bytes=91234,
+    objects=(ObjectAnnotation("cat", Box(1.5, 2, 30, 40.25), is_crowd=True, area=12.5),
+             ObjectAnnotation("dog", Box(0, 0, 1, 1), difficult=False, truncated=True,
+                              pose="Left")))
+
+
+@pytest.fixture(scope="module")
+def scratch():
+  """A temporary directory for one test module (property tests write files there)."""
+  with tempfile.TemporaryDirectory() as d:
+    yield d
+
+
+@pytest.fixture(scope="session")
+def coco_output(shared, dataset) -> Path:
+  """The shared default COCO run (the build format_output in e2e/test_end_to_end.py reads)."""
+  return shared.build("coco", lambda out: run_cli(
+      "convert", "--format=coco", *dataset.inputs("coco"), f"--output={out}",
+      "--runner=DirectRunner"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The e2e marker
+# ---------------------------------------------------------------------------------------------
+
+E2E_FOLDERS = ("e2e", "deploy")  # whole conversions; Dataflow and cron wrappers: marked as a whole
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+  """Mark every test under tests/e2e/ and tests/deploy/ `e2e` (the others mark their own)."""
+  here = Path(__file__).resolve().parent
+  for item in items:
+    try:
+      folder = Path(item.path).resolve().relative_to(here).parts[0]
+    except ValueError:  # not under tests/
+      continue
+    if folder in E2E_FOLDERS:
+      item.add_marker(pytest.mark.e2e)

@@ -1,5 +1,6 @@
-"""A one-record-per-object schema used by test_schemas.py to show that the schema registry,
-the sinks and the manifest take schemas that write several records per image (or none)."""
+"""A one-record-per-object schema used by tests/schemas/test_schemas.py to show that the schema
+registry, the sinks and the manifest take schemas that write several records per image (or
+none)."""
 from __future__ import annotations
 
 from beam_tfrecord.records import protos

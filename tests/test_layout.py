@@ -144,6 +144,7 @@ def finished_output(tmp_path_factory) -> str:
   return out
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", [["--help"], ["convert", "--help"], ["inspect", "{out}"],
                                      ["verify", "{out}"],
                                      ["show", "{out}", "--output", "{out}/../grid.png"]])

@@ -1,5 +1,5 @@
 """The formats this tool reads: one line each. Adding a format is one module in sources/, one
-test file and one line here.
+test file (tests/sources/test_NAME.py) and one line here.
 
 A format's module (sources/NAME.py) implements the source protocol, looked up through get():
   detect(path) -> reason or None        --format auto: does this path look like the format?
@@ -22,12 +22,12 @@ from typing import List, Optional
 
 from beam_tfrecord.sources.checks import check_directory, check_label_map
 
-# name -> what it reads; the order is the order --format auto lists candidates in
+# name -> what it reads; the order of --format's choices and of --format auto's candidates
 FORMATS = {
     "coco": "COCO instances JSON",
-    "yolo": "Ultralytics data.yaml or Darknet obj.data with YOLO label files",
     "voc": "Pascal VOC directory or a folder of LabelImg XMLs",
     "csv": "TF Object Detection CSV, or a classification listing",
+    "yolo": "Ultralytics data.yaml or Darknet obj.data with YOLO label files",
     "folders": "class folders: ROOT/CLASS/IMAGE or ROOT/SPLIT/CLASS/IMAGE",
 }
 

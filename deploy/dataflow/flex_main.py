@@ -38,7 +38,7 @@ def translate(argv: Sequence[str], actions: Dict[str, object] = None) -> List[st
         if action.nargs == 0:  # store_true flag: template value true/false
           if value.strip().lower() in ("true", "1", "yes"):
             result.append(f"--{option}")
-        elif isinstance(action, argparse._AppendAction):  # pinned: tests/test_private_apis.py
+        elif isinstance(action, argparse._AppendAction):  # pinned: tests/cli/test_private_apis.py
           result.extend(f"--{option}={v.strip()}" for v in value.split(SEPARATOR) if v.strip())
         else:
           result.append(f"--{option}={value}")

@@ -1,0 +1,224 @@
+"""plan/naming.py: shard file names, --shard-name-template and --records-per-shard: fields,
+filling, and clashes found before anything is written."""
+from __future__ import annotations
+
+import os
+import re
+
+import bad_data as bd
+import pytest
+from conftest import read_shard
+
+from beam_tfrecord.errors import UsageError
+from beam_tfrecord.plan import naming, shard_plan
+
+# ---------------------------------------------------------------------------------------------
+# Pure: templates, plans, clashes
+# ---------------------------------------------------------------------------------------------
+
+
+def test_shard_name():
+  assert naming.shard_name("train", 3, 8) == "train-00003-of-00008.tfrecord"
+  assert naming.shard_name("val", 0, 1) == "val-00000-of-00001.tfrecord"
+  assert naming.shard_name("test", 12, 100, suffix=".rec") == "test-00012-of-00100.rec"
+  names = [naming.shard_name("train", i, 1200) for i in range(1200)]
+  assert names == sorted(names)  # lexical order is shard order
+  assert all(re.fullmatch(r"train-\d{5}-of-01200\.tfrecord", n) for n in names)
+
+
+def test_default_template_gives_the_default_names():
+  assert naming.format_shard_name(naming.DEFAULT_SHARD_NAME_TEMPLATE, "val", 3, 8, 99) == \
+      naming.shard_name("val", 3, 8) == "val-00003-of-00008.tfrecord"
+
+
+def test_template_fields():
+  assert naming.template_fields("file_{index:02d}-{count}.tfrec") == {"index", "count"}
+  assert naming.format_shard_name("{split}/{index}", "a", 1, 2, 3) == "a/1"  # formatting only
+  assert naming.format_shard_name("{split}.{index:03d}.{num_shards}.{count:04d}.rec",
+                                    "train", 7, 12, 41) == "train.007.12.0041.rec"
+
+
+@pytest.mark.parametrize("template", [
+    "{shard}.tfrecord", "{0}.tfrecord", "{}.tfrecord", "{index:q}.rec", "{split!z}-{index}",
+    "{index", "{split}/{index}.rec", ".{split}-{index}", "{split[0]}-{index}",
+])
+def test_bad_templates_are_usage_errors(template):
+  with pytest.raises(UsageError):
+    naming.template_fields(template)
+
+
+def test_build_time_clash_rules():
+  naming.check_template("{split}-{index}.rec", None, None)
+  naming.check_template("file_{index:02d}-{count}.tfrec", {"train"}, None)  # one split
+  naming.check_template("{split}.rec", {"train", "val"}, 1)  # one shard per split
+  with pytest.raises(UsageError, match="no {index}"):
+    naming.check_template("{split}-{count}.rec", {"train"}, None)
+  with pytest.raises(UsageError, match="no {split}"):
+    naming.check_template("{index}.rec", {"train", "val"}, None)
+  with pytest.raises(UsageError, match="no {split}"):
+    naming.check_template("{index}.rec", None, None)  # a CSV split column may give several
+
+
+def _plan(split, n_keys, **kwargs):
+  return shard_plan.plan_split(split, [(f"k{i:03d}", 10) for i in range(n_keys)],
+                             kwargs.get("num_shards"), None, kwargs.get("records_per_shard"))
+
+
+def test_shard_names_detects_a_clash_the_template_allows():
+  # '{split}{index}': split a shard 10 and split a1 shard 0 are both 'a10'
+  plans = [_plan("a", 11, num_shards=11), _plan("a1", 3, num_shards=2)]
+  with pytest.raises(ValueError, match="'a10'"):
+    naming.shard_names(plans, "{split}{index}")
+  names = naming.shard_names(plans, "{split}-{index}-{count}")
+  assert names[("a", 10)] == "a-10-1" and names[("a1", 0)] == "a1-0-1"
+
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Real runs
+# ---------------------------------------------------------------------------------------------
+
+
+def _convert(dataset, output, *extra, fmt="coco"):
+  return bd.convert([f"--format={fmt}", *dataset.inputs(fmt), "--output", str(output), *extra])
+
+
+@pytest.mark.e2e
+def test_records_per_shard_and_template_fields(dataset, tmp_path):
+  template = "{split}_{index:02d}of{num_shards}-{count}.tfrec"
+  run = _convert(dataset, tmp_path / "out", "--records-per-shard=5",
+                 f"--shard-name-template={template}")
+  assert run.code == 0
+  per_split = {s: sum(1 for im in dataset.images if im.split == s) for s in dataset.splits}
+  expected_files = set()
+  for split, total in per_split.items():
+    counts = [5] * (total // 5) + ([total % 5] if total % 5 else [])
+    names = [f"{split}_{i:02d}of{len(counts)}-{c}.tfrec" for i, c in enumerate(counts)]
+    assert [s["path"] for s in run.manifest["splits"][split]["shards"]] == names
+    for name, count in zip(names, counts):
+      records = read_shard(tmp_path / "out" / name)
+      assert len(records) == count
+    expected_files.update(names)
+  on_disk = {f for f in os.listdir(tmp_path / "out") if f.endswith(".tfrec")}
+  assert on_disk == expected_files
+  assert not [f for f in os.listdir(tmp_path / "out") if f.startswith(".")]
+  assert len(run.examples) == len(dataset.images)  # reader.load follows the manifest
+  # the run owns its custom-named shards: listed in the manifest, moved by the commit
+  assert expected_files <= set(run.manifest["files"])
+  from beam_tfrecord.readback import verify
+  assert verify.check(str(tmp_path / "out"))[1] == []
+
+
+@pytest.mark.e2e
+def test_verify_knows_custom_names_and_still_finds_strays(dataset, tmp_path):
+  output = tmp_path / "out"
+  template = "{split}_{index:02d}-{count}.rec"
+  assert _convert(dataset, output, "--num-shards=2", f"--shard-name-template={template}"
+                  ).code == 0
+  from beam_tfrecord.readback import verify
+  assert verify.check(str(output))[1] == []
+  (output / "train-00000-of-00002.tfrecord").write_bytes(b"")  # a default-named stray
+  (output / "val_07-3.rec").write_bytes(b"")                  # one named like ours
+  problems = verify.check(str(output))[1]
+  assert sorted(p.split(":")[0] for p in problems) == ["train-00000-of-00002.tfrecord",
+                                                       "val_07-3.rec"]
+  assert all("stray record file" in p for p in problems)
+
+
+@pytest.mark.e2e
+def test_overwrite_replaces_custom_named_shards(dataset, tmp_path):
+  """--overwrite removes what the previous manifest lists, custom names included."""
+  output = tmp_path / "out"
+  assert _convert(dataset, output, "--num-shards=3",
+                  "--shard-name-template={split}.{index}.rec").code == 0
+  first = {f for f in os.listdir(output) if f.endswith(".rec")}
+  assert len(first) == 6
+  run = _convert(dataset, output, "--num-shards=1", "--overwrite")
+  assert run.code == 0
+  assert not {f for f in os.listdir(output) if f.endswith(".rec")}
+  from beam_tfrecord.readback import verify
+  assert verify.check(str(output))[1] == []
+
+
+@pytest.mark.e2e
+def test_records_per_shard_output_is_deterministic(dataset, tmp_path):
+  args = ("--records-per-shard=4", "--shard-name-template={split}-{index}-{count}.rec")
+  first, second = (_convert(dataset, tmp_path / name, *args) for name in ("a", "b"))
+  files = sorted(f for f in os.listdir(tmp_path / "a") if f.endswith(".rec"))
+  assert files == sorted(f for f in os.listdir(tmp_path / "b") if f.endswith(".rec"))
+  for name in files:
+    assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+@pytest.mark.parametrize("template,extra", [
+    ("{split}-{count}.rec", []),                  # no {index}: shards of a split clash
+    ("{index}.rec", []),                          # no {split}: train and val clash
+    ("{split}/{index}.rec", []),                  # not a file name
+    ("{split}-{index}-{shard}.rec", []),          # unknown field
+])
+def test_clash_is_a_usage_error_before_anything_is_written(dataset, tmp_path, capsys, template,
+                                                           extra):
+  output = tmp_path / "out"
+  from beam_tfrecord import cli
+  code = cli.main(["convert", "--format=coco", *dataset.inputs("coco"), "--output",
+                   str(output), f"--shard-name-template={template}", *extra, bd.RUNNER])
+  err = capsys.readouterr().err
+  assert code == 2 and "--shard-name-template" in err
+  assert len(err.strip().splitlines()) == 1 and "Traceback" not in err  # one line
+  assert not output.exists()
+
+
+def test_check_names_enumerates_known_splits_and_shard_counts():
+  naming.check_names("{split}-{index}.rec", {"a", "a1"}, 11)
+  with pytest.raises(UsageError, match="'a10.rec'"):
+    naming.check_names("{split}{index}.rec", {"a", "a1"}, 11)
+  with pytest.raises(UsageError, match="own"):
+    naming.check_names("{split}.json", {"manifest"}, 1)
+  naming.check_names("{index}{num_shards}.rec", {"train"}, 12)  # one split: n is fixed
+  with pytest.raises(UsageError, match="same name"):  # 'a' 1 of 12 vs 'a1' ... of 2: a112
+    naming.check_names("{split}{index}{num_shards}.rec", {"a", "a1"}, 12)
+  naming.check_names("{split}{index}-{count}.rec", {"a", "a1"}, 11)  # {count}: the plan step
+
+
+def test_a_shard_may_not_take_the_name_of_the_card(dataset, tmp_path, capsys):
+  """README.md is the dataset card, written after the shards: a shard named so would be
+  replaced by it (exit 0, data gone). Refused before anything is written."""
+  output = tmp_path / "out"
+  run = bd.convert(["--format=coco", f"--input={dataset.coco_file('train')}",
+                    f"--images={dataset.image_dir}", "--output", str(output), "--num-shards=1",
+                    "--shard-name-template=README.md"], capsys)
+  assert run.code == 2 and "'README.md'" in run.stderr and "own" in run.stderr
+  assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+  assert not output.exists()
+
+
+def test_known_clash_is_exit_2_before_anything_is_written(dataset, tmp_path, capsys):
+  """'{split}{index}' passes the template rules, but with splits 'a' and 'a1' known and up to
+  11 shards each, 'a10' can name two shards: refused when the pipeline is built."""
+  output = tmp_path / "out"
+  run = bd.convert(["--format=coco", *dataset.inputs("coco"), "--output", str(output),
+                    "--split=a=0.6,a1=0.4", "--num-shards=11",
+                    "--shard-name-template={split}{index}.rec"], capsys)
+  assert run.code == 2 and "'a10.rec'" in run.stderr
+  assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+  assert not output.exists()
+
+
+@pytest.mark.e2e
+def test_clash_found_by_the_plan_step_writes_nothing(dataset, tmp_path, capsys):
+  """With --shard-size-mb the shard counts are known only once the data is read: the plan
+  step finds 'a10' twice and fails the run before any shard is written."""
+  output = tmp_path / "out"
+  run = bd.convert(["--format=coco", *dataset.inputs("coco"), "--output", str(output),
+                    "--split=a=0.6,a1=0.4", "--shard-size-mb=0.000001",
+                    "--shard-name-template={split}{index}.rec"], capsys)
+  assert run.code == 1 and "same name" in run.stderr
+  written = [os.path.join(d, f) for d, _, files in os.walk(output) for f in files]
+  assert not [f for f in written if f.endswith(".rec") or ".part-" in f], written
+  assert not os.path.exists(output / "manifest.json")
+
+
+def test_beam_sink_refuses_templates(dataset, tmp_path, capsys):
+  run = _convert(dataset, tmp_path / "out", "--sink=beam", "--records-per-shard=3")
+  assert run.code == 2

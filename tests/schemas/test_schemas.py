@@ -1,0 +1,65 @@
+"""The schema registry (schemas/__init__.py): names, first ids, label files, and a per-object
+schema through the whole pipeline (several records per image, none for an image without
+objects)."""
+from __future__ import annotations
+
+import pytest
+
+from beam_tfrecord import schemas
+from beam_tfrecord.config import ConvertConfig
+from beam_tfrecord.prepare import label_map
+
+
+def test_registry_and_label_files():
+  assert schemas.get("od-api").name == "od_api" and schemas.get("od-api").first_id == 1
+  assert schemas.get("classification").first_id == 0
+  assert schemas.get("classification").image_level
+  with pytest.raises(ValueError, match="--schema must be one of od-api, classification, "
+                     "tutorial, coco-objects"):
+    schemas.get("nope")
+  assert schemas.get("tutorial").name == "tutorial" and schemas.get("tutorial").image_level
+  objects = schemas.get("coco-objects")
+  assert objects.name == "coco-objects" and objects.image_format == "jpeg" and not objects.masks
+  assert schemas.get("od-api").masks
+  assert "image/object/mask" in schemas.get("od-api").with_masks(True).feature_spec
+  renamed = schemas.Schema("tutorial", renames=(("depth", "channels"),))
+  assert list(renamed.feature_spec) == ["height", "width", "channels", "label", "image_raw"]
+  assert schemas.first_id_of("coco-objects") == 1 and schemas.first_id_of("classification") == 0
+  assert label_map.from_names(["b", "a", "b"], first_id=0) == {"a": 0, "b": 1}
+  assert label_map.to_lines({"a": 0, "b": 1, "d": 3}) == "a\nb\n\nd\n"
+  text = label_map.to_text({"a": 0, "b": 1})
+  assert label_map.parse(text, min_id=0) == {"a": 0, "b": 1}
+  with pytest.raises(ValueError, match="must be >= 1"):
+    label_map.parse(text)
+
+
+@pytest.mark.e2e
+def test_per_object_schema_through_the_pipeline(small_dataset, tmp_path, monkeypatch):
+  """A schema writing one record per object (as issue 10's coco-objects will): the sinks
+  write them all, the manifest counts records, and images without objects (no records) are
+  neither lost nor rejected."""
+  from apache_beam.testing.test_pipeline import TestPipeline
+
+  from beam_tfrecord import reader
+  from beam_tfrecord.finalize import output as outputs
+  from beam_tfrecord.pipeline import build
+  from beam_tfrecord.readback import verify
+  monkeypatch.setitem(schemas.REGISTRY, "per-object", "per_object_schema")
+  ds = small_dataset
+  out = tmp_path / "out"
+  config = ConvertConfig(format="coco", inputs=ds.file_inputs("coco"),
+                         images=[str(ds.image_dir)], output=str(out), schema="per-object")
+  with TestPipeline(runner="FnApiRunner", argv=[]) as p:
+    build(p, config, ["convert"])
+  manifest = outputs.read_manifest(str(out))
+  assert manifest["status"] == "ok" and manifest["schema"] == "test_per_object"
+  assert set(manifest["features"]) == {"image/filename", "image/width", "object/class/text",
+                                       "object/class/label"}
+  for split in ds.splits:
+    got = [(r["image/filename"].numpy().decode(), r["object/class/text"].numpy().decode())
+           for r in reader.load(str(out), split)]
+    want = [(im.file_name, b[0]) for im in sorted(ds.images, key=lambda im: im.file_name)
+            if im.split == split for b in im.boxes]
+    assert got == want and manifest["splits"][split]["examples"] == len(want)
+  assert any(not im.boxes for im in ds.images)
+  assert verify.run(str(out)) == 0

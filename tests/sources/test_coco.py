@@ -1,0 +1,486 @@
+"""sources/coco.py: the parse functions on COCO entries (no pipeline), ReadCoco's two joins
+(one worker and one pass, the in-process runner's _JoinFile, and the distributed one, a task per
+section and CoGroupByKey) giving the same records on real pipelines, and category id 0."""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+
+import apache_beam as beam
+import layouts
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from bad_data import Coco, convert, jpeg
+
+from beam_tfrecord.errors import EXIT_USAGE
+from beam_tfrecord.records.model import Box, ImageAnnotation, InputError
+from beam_tfrecord.sources import coco
+from beam_tfrecord.sources.coco import ReadCoco
+
+# The 80 COCO 2017 categories with their real ids: 1..90 with ten gaps.
+COCO_CATEGORIES = [
+    (1, "person"), (2, "bicycle"), (3, "car"), (4, "motorcycle"), (5, "airplane"), (6, "bus"),
+    (7, "train"), (8, "truck"), (9, "boat"), (10, "traffic light"), (11, "fire hydrant"),
+    (13, "stop sign"), (14, "parking meter"), (15, "bench"), (16, "bird"), (17, "cat"),
+    (18, "dog"), (19, "horse"), (20, "sheep"), (21, "cow"), (22, "elephant"), (23, "bear"),
+    (24, "zebra"), (25, "giraffe"), (27, "backpack"), (28, "umbrella"), (31, "handbag"),
+    (32, "tie"), (33, "suitcase"), (34, "frisbee"), (35, "skis"), (36, "snowboard"),
+    (37, "sports ball"), (38, "kite"), (39, "baseball bat"), (40, "baseball glove"),
+    (41, "skateboard"), (42, "surfboard"), (43, "tennis racket"), (44, "bottle"),
+    (46, "wine glass"), (47, "cup"), (48, "fork"), (49, "knife"), (50, "spoon"), (51, "bowl"),
+    (52, "banana"), (53, "apple"), (54, "sandwich"), (55, "orange"), (56, "broccoli"),
+    (57, "carrot"), (58, "hot dog"), (59, "pizza"), (60, "donut"), (61, "cake"), (62, "chair"),
+    (63, "couch"), (64, "potted plant"), (65, "bed"), (67, "dining table"), (70, "toilet"),
+    (72, "tv"), (73, "laptop"), (74, "mouse"), (75, "remote"), (76, "keyboard"),
+    (77, "cell phone"), (78, "microwave"), (79, "oven"), (80, "toaster"), (81, "sink"),
+    (82, "refrigerator"), (84, "book"), (85, "clock"), (86, "vase"), (87, "scissors"),
+    (88, "teddy bear"), (89, "hair drier"), (90, "toothbrush"),
+]
+
+
+def _reason(excinfo) -> str:
+  return excinfo.value.reason
+
+
+# =============================================================================================
+# COCO
+# =============================================================================================
+
+def _coco_doc():
+  """A COCO document with sections in an unusual order and an image without annotations."""
+  return {
+      "annotations": [
+          {"id": 1, "image_id": 42, "category_id": 90, "bbox": [10, 20, 30, 40], "area": 1200.5,
+           "iscrowd": 0, "segmentation": [[10, 20, 40, 20, 40, 60]]},
+          {"id": 2, "image_id": 42, "category_id": 1, "bbox": [0.5, 1.25, 99.5, 50.0],
+           "area": 4975.0, "iscrowd": 1, "segmentation": {"counts": [1, 2], "size": [80, 100]}},
+          {"id": 3, "image_id": 7, "category_id": 88, "bbox": [1, 2, 3, 4], "area": 12,
+           "iscrowd": 0},
+      ],
+      "info": {"description": "has a nested key called images", "images": ["not", "these"]},
+      "categories": [{"id": i, "name": n, "supercategory": "x"} for i, n in COCO_CATEGORIES],
+      "images": [
+          {"id": 42, "file_name": "a/b/000042.jpg", "width": 100, "height": 80,
+           "license": 3, "coco_url": "http://example.invalid/x.jpg"},
+          {"id": 7, "file_name": "000007.png", "width": 640.0, "height": 480},
+          {"id": 99, "file_name": "no_objects.jpg"},
+      ],
+      "licenses": [],
+  }
+
+
+def _stream(doc, section):
+  return list(coco.stream_section(io.BytesIO(json.dumps(doc).encode("utf-8")), section))
+
+
+def test_coco_stream_section_reads_each_top_level_array():
+  doc = _coco_doc()
+  assert _stream(doc, "images") == doc["images"]
+  assert [a["id"] for a in _stream(doc, "annotations")] == [1, 2, 3]
+  cats = _stream(doc, "categories")
+  assert [(c["id"], c["name"]) for c in cats] == COCO_CATEGORIES
+  # the nested info.images is not the top-level section
+  assert all(isinstance(i, dict) for i in _stream(doc, "images"))
+  assert _stream(doc, "nonexistent") == []
+
+
+def test_coco_stream_section_numbers_are_python_numbers():
+  doc = _coco_doc()
+  bbox = _stream(doc, "annotations")[1]["bbox"]
+  assert bbox == [0.5, 1.25, 99.5, 50.0]
+  assert all(isinstance(v, float) for v in bbox)  # use_float: no Decimal
+  assert isinstance(_stream(doc, "images")[0]["width"], int)
+
+
+def test_coco_stream_section_from_a_file(tmp_path):
+  path = tmp_path / "instances.json"
+  path.write_text(json.dumps(_coco_doc(), ensure_ascii=False), encoding="utf-8")
+  with open(path, "rb") as f:
+    ids = [coco.parse_category(c)[0] for c in coco.stream_section(f, "categories")]
+  assert ids == [i for i, _ in COCO_CATEGORIES]
+
+
+def test_coco_categories_keep_noncontiguous_ids():
+  parsed = [coco.parse_category(c) for c in _stream(_coco_doc(), "categories")]
+  assert parsed == COCO_CATEGORIES
+  ids = [i for i, _ in parsed]
+  assert len(ids) == 80 and min(ids) == 1 and max(ids) == 90
+  assert sorted(set(range(1, 91)) - set(ids)) == [12, 26, 29, 30, 45, 66, 68, 69, 71, 83]
+
+
+def test_coco_parse_image():
+  images = [coco.parse_image(r) for r in _stream(_coco_doc(), "images")]
+  assert images == [(42, "a/b/000042.jpg", 100, 80), (7, "000007.png", 640, 480),
+                    (99, "no_objects.jpg", None, None)]
+  assert all(isinstance(v, int) for v in images[1][2:])
+
+
+@pytest.mark.parametrize("record,reason", [
+    ({"file_name": "a.jpg"}, "missing_field"),
+    ({"id": 1}, "missing_field"),
+    ({"id": "1", "file_name": "a.jpg"}, "wrong_type"),
+    ({"id": True, "file_name": "a.jpg"}, "wrong_type"),
+    ({"id": 1.5, "file_name": "a.jpg"}, "wrong_type"),
+    ({"id": 1, "file_name": 5}, "wrong_type"),
+    ({"id": 1, "file_name": "a.jpg", "width": "640"}, "wrong_type"),
+    ({"id": 1, "file_name": "a.jpg", "height": 480.5}, "wrong_type"),
+    (["not", "an", "object"], "wrong_type"),
+])
+def test_coco_parse_image_errors(record, reason):
+  with pytest.raises(InputError) as e:
+    coco.parse_image(record)
+  assert e.value.reason == reason and e.value.stage == "parse"
+
+
+def test_coco_parse_annotation_bbox_is_xywh():
+  anns = [coco.parse_annotation(r) for r in _stream(_coco_doc(), "annotations")]
+  image_id, category_id, box, crowd, area = anns[0]
+  assert (image_id, category_id, crowd, area) == (42, 90, False, 1200.5)
+  assert box == Box(xmin=10.0, ymin=20.0, xmax=40.0, ymax=60.0)  # xmax = x + w, ymax = y + h
+  image_id, category_id, box, crowd, area = anns[1]
+  assert (image_id, category_id, crowd, area) == (42, 1, True, 4975.0)
+  assert box == Box(0.5, 1.25, 100.0, 51.25)
+  assert anns[2][:2] == (7, 88) and anns[2][4] == 12.0
+
+
+def test_coco_parse_annotation_optional_fields():
+  image_id, category_id, box, crowd, area = coco.parse_annotation(
+      {"image_id": 3, "category_id": 18, "bbox": [1, 2, 3, 4]})
+  assert (image_id, category_id, box, crowd, area) == (3, 18, Box(1, 2, 4, 6), False, None)
+  assert coco.parse_annotation({"image_id": 3, "category_id": 18, "bbox": [1, 2, 3, 4],
+                                "iscrowd": True})[3] is True
+
+
+@pytest.mark.parametrize("record,reason", [
+    ({"category_id": 1, "bbox": [0, 0, 1, 1]}, "missing_field"),
+    ({"image_id": 1, "bbox": [0, 0, 1, 1]}, "missing_field"),
+    ({"image_id": 1, "category_id": 1}, "missing_field"),
+    ({"image_id": 1, "category_id": 1, "bbox": [0, 0, 1]}, "wrong_type"),
+    ({"image_id": 1, "category_id": 1, "bbox": "0,0,1,1"}, "wrong_type"),
+    ({"image_id": 1, "category_id": 1, "bbox": [0, 0, "1", 1]}, "wrong_type"),
+    ({"image_id": 1, "category_id": 1, "bbox": [0, 0, 1, True]}, "wrong_type"),
+    ({"image_id": 1, "category_id": 1, "bbox": [0, 0, 1, 1], "iscrowd": 2}, "wrong_type"),
+    ({"image_id": 1, "category_id": 1, "bbox": [0, 0, 1, 1], "area": "big"}, "wrong_type"),
+    ({"image_id": 1, "category_id": "cat", "bbox": [0, 0, 1, 1]}, "wrong_type"),
+])
+def test_coco_parse_annotation_errors(record, reason):
+  with pytest.raises(InputError) as e:
+    coco.parse_annotation(record)
+  assert e.value.reason == reason
+
+
+@pytest.mark.parametrize("record,reason", [
+    ({"name": "cat"}, "missing_field"),
+    ({"id": 1}, "missing_field"),
+    ({"id": 1, "name": ""}, "wrong_type"),
+    ({"id": 1, "name": 3}, "wrong_type"),
+    ({"id": "one", "name": "cat"}, "wrong_type"),
+])
+def test_coco_parse_category_errors(record, reason):
+  with pytest.raises(InputError) as e:
+    coco.parse_category(record)
+  assert e.value.reason == reason
+
+
+def _join(tmp_path, image_id, images, objects, categories):
+  """Objects as parse_annotation gives them, shipped as ReadCoco does: one chunk, plain boxes,
+  no annotation id or segmentation (annotation_extras)."""
+  uri = str(tmp_path / "instances.json")
+  chunk = tuple((i, c, dataclasses.astuple(box), crowd, area, None, None)
+                for i, c, box, crowd, area in objects)
+  out = list(coco.join_image(((uri, image_id), {"image": images, "objects": [chunk]}),
+                             {(uri, k): v for k, v in categories.items()}, False))
+  anns = [o for o in out if isinstance(o, ImageAnnotation)]
+  errors = [o.value for o in out if not isinstance(o, ImageAnnotation)]
+  return uri, anns, errors
+
+
+def test_coco_join_image_without_annotations_keeps_the_image(tmp_path):
+  uri, anns, errors = _join(tmp_path, 99, [("val", str(tmp_path), "no_objects.jpg", None, None)],
+                            [], dict((i, n) for i, n in COCO_CATEGORIES))
+  assert errors == []
+  assert anns == [ImageAnnotation(key="no_objects.jpg", uri=str(tmp_path / "no_objects.jpg"),
+                                  source_id="99", source=uri, objects=(), split="val")]
+
+
+def test_coco_join_image_maps_category_ids_to_names(tmp_path):
+  doc = _coco_doc()
+  parsed = [coco.parse_annotation(a) for a in doc["annotations"] if a["image_id"] == 42]
+  uri, anns, errors = _join(tmp_path, 42, [(None, str(tmp_path), "a/b/000042.jpg", 100, 80)],
+                            [(i, *p[1:]) for i, p in enumerate(parsed)], dict(COCO_CATEGORIES))
+  assert errors == []
+  [ann] = anns
+  assert (ann.key, ann.source_id, ann.width, ann.height, ann.split) == \
+      ("a/b/000042.jpg", "42", 100, 80, None)
+  expected = {("toothbrush", Box(10, 20, 40, 60), False, 1200.5),
+              ("person", Box(0.5, 1.25, 100.0, 51.25), True, 4975.0)}
+  # objects keep the order of the annotation file
+  assert [(o.label, o.box, o.is_crowd, o.area) for o in ann.objects] == [
+      e for p in parsed for e in expected if e[1] == p[2]]
+
+
+def test_coco_join_image_reports_unknown_category_and_unknown_image(tmp_path):
+  objects = [(0, 12, Box(0, 0, 1, 1), False, None), (1, 1, Box(0, 0, 2, 2), False, None)]
+  uri, anns, errors = _join(tmp_path, 5, [(None, str(tmp_path), "x.jpg", 4, 4)], objects,
+                            dict(COCO_CATEGORIES))
+  assert [o.label for o in anns[0].objects] == ["person"]
+  assert [e.reason for e in errors] == ["unknown_category_id"]
+  uri, anns, errors = _join(tmp_path, 6, [], objects, dict(COCO_CATEGORIES))
+  # one record per annotation that lost its image
+  assert anns == [] and [e.reason for e in errors] == ["unknown_image_id"] * 2
+
+
+def test_coco_join_image_rejects_path_escaping_the_root(tmp_path):
+  uri, anns, errors = _join(tmp_path, 1, [(None, str(tmp_path), "../secret.jpg", 4, 4)], [], {})
+  assert anns == [] and [e.reason for e in errors] == ["path_traversal"]
+
+
+@pytest.mark.parametrize("record", [
+    {"image_id": 3, "category_id": 18, "bbox": [1, 2.5, 3, 4]},
+    {"image_id": 3, "category_id": 18, "bbox": [1, 2, 3, 4], "iscrowd": True, "area": 7},
+    {"image_id": 3, "category_id": 18, "bbox": [1, 2, 3, 4], "iscrowd": 1.0, "area": 7.5},
+    {"image_id": 3.0, "category_id": 18, "bbox": [1, 2, 3, 4]},     # integral float id
+    {"image_id": 3, "category_id": 18, "bbox": (1, 2, 3, 4)},       # not a list: checked path
+    {"image_id": 3, "category_id": 18, "bbox": [1, 2, 3, float("nan")]},
+])
+def test_coco_annotation_fast_path_equals_the_checked_one(record):
+  """annotation_fields checks the usual entry by exact types and sends the rest through
+  _checked_annotation: both must give the same fields for every entry the checks accept."""
+  assert repr(coco.annotation_fields(record)) == repr(coco._checked_annotation(record))
+  assert [type(v) for v in coco.annotation_fields(record)[2]] == [float] * 4
+
+
+@pytest.mark.parametrize("record", [
+    {"id": 1, "file_name": "a.jpg"}, {"id": 1, "file_name": "a.jpg", "width": 3, "height": 4},
+    {"id": 1.0, "file_name": "a.jpg", "width": 3.0}, {"id": 1, "file_name": "a.jpg",
+                                                      "width": None}])
+def test_coco_image_fast_path_equals_the_checked_one(record):
+  assert repr(coco.parse_image(record)) == repr(coco._checked_image(record))
+
+
+# =============================================================================================
+# ReadCoco's two joins give the same records
+# =============================================================================================
+
+
+def _write(root, name: str, doc) -> str:
+  path = os.path.join(root, name)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(doc if isinstance(doc, str) else json.dumps(doc))
+  return path
+
+
+def _files(root) -> dict:
+  images = os.path.join(root, "images")
+  os.makedirs(images)
+  for i in range(4):
+    with open(os.path.join(images, f"{i}.jpg"), "wb") as f:
+      f.write(jpeg())
+  good = {
+      "images": [{"id": i, "file_name": f"{i}.jpg", "width": 64, "height": 48} for i in range(4)]
+      + [{"id": 2, "file_name": "2.jpg"}, {"id": 9, "file_name": "../escape.jpg"},
+         {"id": "x", "file_name": "bad id"}],
+      "annotations": [
+          {"id": 10, "image_id": 0, "category_id": 1, "bbox": [1, 2, 30, 20], "area": 600.0},
+          {"id": 11, "image_id": 0, "category_id": 2, "bbox": [5, 5, 10, 10], "iscrowd": 1},
+          {"image_id": 1, "category_id": 1, "bbox": [0.5, 0.25, 10.75, 3]},
+          {"id": 12, "image_id": 1, "category_id": 2, "bbox": [1, 1, 2, 2]},
+          {"id": 13, "image_id": 3, "category_id": 7, "bbox": [1, 1, 2, 2]},
+          {"id": 14, "image_id": 42, "category_id": 1, "bbox": [1, 1, 2, 2]},
+          {"id": 15, "image_id": 3, "category_id": 1, "bbox": "oops"},
+      ],
+      "categories": [{"id": 1, "name": "cat"}, {"id": 2, "name": "dog"},
+                     {"id": 2, "name": "canine"}, {"id": 0, "name": "dataset"}],
+  }
+  text = json.dumps(good)
+  return {
+      "good": _write(root, "good.json", good),
+      "truncated": _write(root, "truncated.json", text[:text.index('"categories"') + 40]),
+      "images_not_array": _write(root, "images_object.json",
+                                 dict(good, images={"id": 0, "file_name": "0.jpg"})),
+      "no_categories": _write(root, "no_categories.json",
+                              {k: v for k, v in good.items() if k != "categories"}),
+      "not_an_object": _write(root, "list.json", "[1, 2, 3]"),
+      "nan": _write(root, "nan.json", text.replace('"area": 600.0', '"area": NaN')),
+      # beyond ijson's 64-bit integers: read by the json.load fallback, and not packable
+      "big_id": _write(root, "big_id.json", text.replace('"id": 12,', f'"id": {2 ** 70},')),
+      "big_id_images_object": _write(root, "big_id_images_object.json", json.dumps(dict(
+          good, images={"id": 0}, annotations=good["annotations"] + [
+              {"id": 2 ** 70, "image_id": 1, "category_id": 2, "bbox": [1, 1, 2, 2]}]))),
+      # json reads these where streaming would not, or differently: streamed (whole_sections)
+      "images_twice": _write(root, "twice.json", text[:-1] + ', "images": [{"id": 7, '
+                             '"file_name": "3.jpg"}]}'),
+      "nan_no_categories": _write(root, "nan_no_categories.json", json.dumps(
+          {k: v for k, v in good.items() if k != "categories"}).replace('"area": 600.0',
+                                                                       '"area": NaN')),
+      "deep": _write(root, "deep.json", text[:-1] + ', "info": ' + "[" * 40 + "]" * 40 + "}"),
+      "big_exponent": _write(root, "big_exponent.json", text.replace('"area": 600.0',
+                                                                     '"area": 1e400')),
+      "trailing": _write(root, "trailing.json", text + " {}"),
+      "bom": _write(root, "bom.json", "\ufeff" + text),
+      "odd_strings": _write(root, "odd_strings.json", text.replace(
+          '"bad id"', '"[{bad id\\" ]"').replace('"2.jpg"', '"2\\u002ejpg"')),
+      "images": images,
+  }
+
+
+WHOLE = ["good", "no_categories", "images_not_array"]
+STREAMED = ["truncated", "not_an_object", "nan", "big_id", "big_id_images_object", "images_twice", "nan_no_categories", "deep",
+            "big_exponent", "trailing", "bom", "odd_strings"]
+
+
+def _read(files, name: str, join_in_worker: bool, include_masks: bool = False) -> dict:
+  """{'images': [...], 'errors': [...], 'categories': [...]} as sorted text lines."""
+  out_dir = os.path.join(os.path.dirname(files["images"]), f"out-{name}-{join_in_worker}")
+  with TestPipeline("FnApiRunner") as p:
+    out = p | ReadCoco([("train", files[name], files["images"])], drop_background=True,
+                       include_masks=include_masks, join_in_worker=join_in_worker)
+    for kind, pcoll, text in (("images", out.images, repr),
+                              ("errors", out.errors, lambda e: e.to_json()),
+                              ("categories", out.categories, repr)):
+      _ = (pcoll | f"Text[{kind}]" >> beam.Map(text)
+           | f"Write[{kind}]" >> beam.io.WriteToText(os.path.join(out_dir, kind),
+                                                     num_shards=1))
+  results = {}
+  for kind in ("images", "errors", "categories"):
+    [found] = [n for n in os.listdir(out_dir) if n.startswith(kind)]
+    with open(os.path.join(out_dir, found), encoding="utf-8") as f:
+      results[kind] = sorted(f.read().splitlines())
+  return results
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", WHOLE + STREAMED)
+def test_both_joins_give_the_same_images_errors_and_categories(tmp_path, name):
+  files = _files(str(tmp_path))
+  in_worker = _read(files, name, join_in_worker=True)
+  distributed = _read(files, name, join_in_worker=False)
+  assert in_worker == distributed
+  if name == "good":  # the file was really read: images, objects, every kind of error
+    assert len(in_worker["images"]) == 4
+    reasons = {json.loads(e)["reason"] for e in in_worker["errors"]}
+    assert {"duplicate_image_id", "path_traversal", "wrong_type", "unknown_category_id",
+            "unknown_image_id", "duplicate_category_id", "background_category"} <= reasons
+    assert len(in_worker["categories"]) == 2
+  elif name == "big_id":
+    assert str(2 ** 70) in "".join(in_worker["images"])
+  elif name == "images_twice":  # both arrays read, as streaming reads them
+    assert any("source_id='7'" in line for line in in_worker["images"])
+  elif name not in ("nan", "big_exponent", "odd_strings", "bom", "images_twice",
+                    "nan_no_categories"):
+    assert any(json.loads(e)["level"] == "file" for e in in_worker["errors"])
+
+
+def test_the_in_worker_join_is_used_up_to_its_size_limit(tmp_path, monkeypatch):
+  from beam_tfrecord.sources import coco
+  files = _files(str(tmp_path))
+  read = ReadCoco([("train", files["good"], files["images"])], join_in_worker=True)
+  assert read._joined_in_worker(files["good"])
+  monkeypatch.setattr(coco, "JOIN_IN_WORKER_BYTES", 10)
+  assert not read._joined_in_worker(files["good"])
+  assert not ReadCoco([], join_in_worker=False)._joined_in_worker(files["good"])
+
+
+@pytest.mark.e2e
+def test_both_joins_carry_segmentations_alike(tmp_path):
+  files = _files(str(tmp_path))
+  doc = json.load(open(files["good"]))
+  doc["annotations"][0]["segmentation"] = [[1, 2, 30, 2, 30, 20]]
+  files["seg"] = _write(str(tmp_path), "seg.json", doc)
+  assert _read(files, "seg", True, include_masks=True) == _read(files, "seg", False,
+                                                                 include_masks=True)
+
+
+@pytest.mark.parametrize("name", WHOLE + STREAMED)
+def test_whole_sections_reads_what_streaming_reads_or_leaves_the_file_to_it(tmp_path, name):
+  """The in-worker join parses small files with json (coco.whole_sections): it must give the
+  entries, the sections found and the errors of stream_sections, or decline (None)."""
+  from beam_tfrecord.sources import coco
+  files = _files(str(tmp_path))
+  with open(files[name], "rb") as f:
+    data = f.read()
+  found, bad = set(), []
+  whole = coco.whole_sections(data, coco.SECTIONS, found, bad)
+  assert (whole is not None) == (name in WHOLE)
+  if whole is None:
+    return
+  streamed_found, streamed_bad = set(), []
+  with open(files[name], "rb") as f:
+    streamed = list(coco.stream_sections(f, coco.SECTIONS, found=streamed_found,
+                                         bad=streamed_bad))
+  assert [(k, e) for k, entries in whole for e in entries] == streamed and streamed
+  assert found == streamed_found
+  assert [(k, e.reason, e.message) for k, e in bad] == \
+      [(k, e.reason, e.message) for k, e in streamed_bad]
+
+
+def test_nesting_depth_is_counted_like_the_streaming_parser():
+  from beam_tfrecord.sources.coco import MAX_DEPTH, _deeper_than
+  nested = lambda depth: ("[" * (depth - 1) + "]" * (depth - 1)).encode()
+  assert not _deeper_than(b'{"a": ' + nested(MAX_DEPTH) + b"}", MAX_DEPTH)
+  assert _deeper_than(b'{"a": ' + nested(MAX_DEPTH + 1) + b"}", MAX_DEPTH)
+  assert _deeper_than(b'{"a": "x\\"["}', MAX_DEPTH)  # unsure: an escaped quote
+  assert not _deeper_than(b'{"a": [{"b": []}], "c": {}}', 4)
+  assert _deeper_than(b'{"a": [{"b": []}], "c": {}}', 3)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ["good", "truncated", "nan", "images_not_array"])
+def test_files_over_the_whole_parse_limit_stream_from_the_bytes_already_read(
+    tmp_path, monkeypatch, name):
+  """The in-worker join reads a file once: over WHOLE_JSON_BYTES, ijson streams on from the
+  bytes read to find that out (coco._ReadOn). Same records as the distributed join."""
+  from beam_tfrecord.sources import coco
+  files = _files(str(tmp_path))
+  distributed = _read(files, name, join_in_worker=False)
+  monkeypatch.setattr(coco, "WHOLE_JSON_BYTES", 100)
+  assert os.path.getsize(files[name]) > 100
+  opened = []
+  real_stream = coco.stream_sections
+  monkeypatch.setattr(coco, "stream_sections",
+                      lambda f, *a, **k: opened.append(type(f)) or real_stream(f, *a, **k))
+  assert _read(files, name, join_in_worker=True) == distributed
+  assert opened and set(opened) <= {coco._ReadOn}
+
+
+# =============================================================================================
+# Category id 0
+# =============================================================================================
+
+
+@pytest.mark.e2e
+def test_category_zero_in_use_needs_a_label_map(tmp_path, capsys):
+  images = tmp_path / "export" / "train"
+  coco = Coco(str(images), [(0, "cells"), (1, "rbc")])
+  coco.image(0, "a.jpg", jpeg((64, 48)), width=64, height=48)
+  coco.ann(0, 0, [1, 2, 10, 10])
+  coco.ann(0, 1, [20, 20, 10, 10])
+  path = coco.write(str(images / "_annotations.coco.json"))
+  out = tmp_path / "out"
+  run = convert(["--input", path, "--output", str(out)], capsys)
+  assert run.code == EXIT_USAGE
+  assert "category id 0" in run.stderr and "--label-map" in run.stderr
+  assert not out.exists()
+  label_map = layouts.write_label_map(tmp_path / "map.pbtxt", {"cells": 2, "rbc": 1})
+  run = convert(["--input", path, "--label-map", str(label_map), "--output", str(out)])
+  assert run.code == 0
+  (example,) = run.examples
+  assert example["image/object/class/text"] == [b"cells", b"rbc"]
+  assert example["image/object/class/label"] == [2, 1]
+
+
+def test_category_zero_scan(tmp_path):
+  """The pre-run byte scan finds category_id 0 wherever the read chunks split it, and does
+  not take 10, 0.5 or a file name containing the text for it."""
+  from beam_tfrecord.sources import coco as coco_source
+  used = tmp_path / "used.json"
+  used.write_text(json.dumps({"images": [], "annotations": [
+      {"category_id": 10}, {"category_id": 0.5}, {"category_id": 0}]}))
+  unused = tmp_path / "unused.json"
+  unused.write_text(json.dumps({"images": [{"file_name": '"category_id": 0'}], "annotations": [
+      {"category_id": 10}, {"category_id": 0.5}, {"category_id": 100}]}))
+  for chunk in (5, 16, 1 << 20):
+    assert coco_source.uses_category_zero(str(used), chunk) is True
+    assert coco_source.uses_category_zero(str(unused), chunk) is False

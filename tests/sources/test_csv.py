@@ -1,0 +1,194 @@
+"""sources/csv.py: the column map, reading rows, parse_row and group_image, and property tests
+(a result or InputError, never anything else)."""
+from __future__ import annotations
+
+import io
+
+import pytest
+from fuzzing import FUZZ, returns_or_input_error
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from beam_tfrecord.records.model import (Box, ImageAnnotation, InputError,
+                                         ObjectAnnotation)
+from beam_tfrecord.sources import csv as csv_source
+
+
+def test_csv_parse_column_map_defaults_and_renames():
+  default = csv_source.parse_column_map(None)
+  assert default == {f: f for f in csv_source.FIELDS}
+  assert csv_source.parse_column_map("") == default
+  mapping = csv_source.parse_column_map(" filename = path ,class=label,split=subset")
+  assert mapping == {**default, "filename": "path", "class": "label", "split": "subset"}
+
+
+@pytest.mark.parametrize("text", ["filename", "filename=", "=path", "file=path",
+                                  "filename=path,,class=label", "klass=label"])
+def test_csv_parse_column_map_errors(text):
+  with pytest.raises(ValueError):
+    csv_source.parse_column_map(text)
+
+
+def _rows(text, mapping=None):
+  return list(csv_source.read_rows(io.BytesIO(text.encode("utf-8")),
+                                   csv_source.parse_column_map(mapping)))
+
+
+def test_csv_read_rows_standard_layout():
+  text = ("filename,width,height,class,xmin,ymin,xmax,ymax\n"
+          "a.jpg,320,240,cat,1.5,2,30,40.25\n"
+          "b.png,100,80,,,,,\n")
+  rows = _rows(text)
+  assert [line for line, _ in rows] == [2, 3]
+  assert rows[0][1] == {"filename": "a.jpg", "width": "320", "height": "240", "class": "cat",
+                        "xmin": "1.5", "ymin": "2", "xmax": "30", "ymax": "40.25"}
+  assert csv_source.parse_row(rows[0][1]) == (
+      "a.jpg", 320, 240, ObjectAnnotation(label="cat", box=Box(1.5, 2.0, 30.0, 40.25)), None)
+  # a row with an empty class and box: an image without objects
+  assert csv_source.parse_row(rows[1][1]) == ("b.png", 100, 80, None, None)
+
+
+def test_csv_read_rows_renamed_reordered_columns_and_split():
+  text = ("notes,y2,label,x1,subset,path,x2,y1,h,w\n"
+          "hello,40,dog,1,val,img/a.jpg,30,2,240,320\n"
+          "n/a,,,,train,img/b.jpg,,,80,100\n"
+          "00,7,cat,5,,c.jpg,6,1,,\n")
+  mapping = ("filename=path,class=label,xmin=x1,ymin=y1,xmax=x2,ymax=y2,width=w,height=h,"
+             "split=subset")
+  parsed = [csv_source.parse_row(row) for _, row in _rows(text, mapping)]
+  assert parsed == [
+      ("img/a.jpg", 320, 240, ObjectAnnotation("dog", Box(1.0, 2.0, 30.0, 40.0)), "val"),
+      ("img/b.jpg", 100, 80, None, "train"),
+      ("c.jpg", None, None, ObjectAnnotation("cat", Box(5.0, 1.0, 6.0, 7.0)), None),
+  ]
+
+
+def test_csv_split_column_used_when_present_without_mapping():
+  text = "filename,class,xmin,ymin,xmax,ymax,split\na.jpg,cat,1,2,3,4,test\n"
+  [(_, row)] = _rows(text)
+  assert csv_source.parse_row(row)[4] == "test"
+
+
+def test_csv_width_and_height_columns_are_optional():
+  [(_, row)] = _rows("filename,class,xmin,ymin,xmax,ymax\na.jpg,cat,1,2,3,4\n")
+  assert csv_source.parse_row(row)[1:3] == (None, None)
+
+
+def test_csv_class_names_are_kept_as_text():
+  text = "filename,class,xmin,ymin,xmax,ymax\na.jpg,NaN,1,2,3,4\nb.jpg,007,1,2,3,4\n"
+  labels = [csv_source.parse_row(row)[3].label for _, row in _rows(text)]
+  assert labels == ["NaN", "007"]
+
+
+def test_csv_missing_column_is_an_input_error():
+  with pytest.raises(InputError) as e:
+    _rows("filename,label,xmin,ymin,xmax,ymax\na.jpg,cat,1,2,3,4\n")
+  assert e.value.reason == "missing_column" and "class" in e.value.message
+
+
+def test_csv_empty_file_is_an_input_error():
+  with pytest.raises(InputError) as e:
+    _rows("")
+  assert e.value.reason == "malformed_csv"
+
+
+@pytest.mark.parametrize("row,reason", [
+    ({"filename": "", "class": "cat", "xmin": "1", "ymin": "1", "xmax": "2", "ymax": "2"},
+     "missing_field"),
+    ({"filename": "a.jpg", "class": "", "xmin": "1", "ymin": "1", "xmax": "2", "ymax": "2"},
+     "missing_field"),
+    ({"filename": "a.jpg", "class": "cat", "xmin": "1", "ymin": "", "xmax": "2", "ymax": "2"},
+     "missing_field"),
+    ({"filename": "a.jpg", "class": "cat", "xmin": "one", "ymin": "1", "xmax": "2",
+      "ymax": "2"}, "wrong_type"),
+    ({"filename": "a.jpg", "width": "320.5", "class": "", "xmin": "", "ymin": "", "xmax": "",
+      "ymax": ""}, "wrong_type"),
+    ({"filename": "a.jpg", "height": "1e400", "class": "", "xmin": "", "ymin": "", "xmax": "",
+      "ymax": ""}, "wrong_type"),
+])
+def test_csv_parse_row_errors(row, reason):
+  with pytest.raises(InputError) as e:
+    csv_source.parse_row(row)
+  assert e.value.reason == reason
+
+
+def test_csv_parse_row_whole_number_sizes():
+  row = {"filename": "a.jpg", "width": "320.0", "height": "240", "class": "", "xmin": "",
+         "ymin": "", "xmax": "", "ymax": ""}
+  assert csv_source.parse_row(row)[:3] == ("a.jpg", 320, 240)
+
+
+def _group(tmp_path, rows, split=None):
+  out = list(csv_source.group_image((("f.csv", split, str(tmp_path), "a.jpg"), rows), False))
+  anns = [o for o in out if isinstance(o, ImageAnnotation)]
+  return anns, [o.value for o in out if not isinstance(o, ImageAnnotation)]
+
+
+def test_csv_group_image_keeps_file_order_and_drops_empty_rows(tmp_path):
+  cat = ObjectAnnotation("cat", Box(1, 2, 3, 4))
+  dog = ObjectAnnotation("dog", Box(5, 6, 7, 8))
+  anns, errors = _group(tmp_path, [(9, 10, 8, dog), (3, 10, 8, cat), (5, 10, 8, None)], "val")
+  assert errors == []
+  assert anns == [ImageAnnotation(key="a.jpg", uri=str(tmp_path / "a.jpg"), source_id="a.jpg",
+                                  source="f.csv", objects=(cat, dog), split="val", width=10,
+                                  height=8)]
+  anns, _ = _group(tmp_path, [(2, None, None, None)])
+  assert anns[0].objects == () and anns[0].width is None
+
+
+def test_csv_group_image_reports_inconsistent_sizes(tmp_path):
+  anns, errors = _group(tmp_path, [(2, 10, 8, None), (3, 12, 8, None)])
+  assert [e.reason for e in errors] == ["inconsistent_size"]
+  assert (anns[0].width, anns[0].height) == (None, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Property tests
+# ---------------------------------------------------------------------------------------------
+
+
+csv_values = (st.text(max_size=12) | st.none() | st.just(float("nan")) | st.floats() |
+              st.integers(-10**15, 10**15) | st.sampled_from(["inf", "-inf", "nan", "1e400",
+                                                              " ", "1.0", "1.5", "0x1"]))
+csv_rows = st.dictionaries(st.sampled_from(csv_source.FIELDS) | st.text(max_size=5),
+                           csv_values, max_size=12)
+
+
+@FUZZ
+@given(csv_rows)
+@example({"filename": "a.jpg", "width": "inf", "class": "c", "xmin": "1", "ymin": "1",
+          "xmax": "2", "ymax": "2"})
+def test_csv_parse_row(row):
+  result = returns_or_input_error(csv_source.parse_row, row)
+  if result is not None:
+    filename, width, height, obj, split = result
+    assert isinstance(filename, str) and filename.strip()
+    assert obj is None or isinstance(obj, ObjectAnnotation)
+
+
+def test_csv_parse_row_huge_int():
+  returns_or_input_error(csv_source.parse_row, {
+      "filename": "a.jpg", "class": "c", "xmin": 10**400, "ymin": 1, "xmax": 2, "ymax": 3})
+
+
+csv_text = st.lists(st.sampled_from(list('ab,,"\n\r\t \x00é1.') + ["filename", "class", "xmin",
+                                                                     "nan", "1e400", "\r\n"]),
+                    max_size=80).map("".join)
+
+
+@FUZZ
+@given(st.one_of(
+    csv_text.map(lambda t: ("filename,width,height,class,xmin,ymin,xmax,ymax\n" + t).encode()),
+    csv_text.map(str.encode), st.binary(max_size=300)))
+@example(b"filename,width,height,class,xmin,ymin,xmax,ymax\n\"a.jpg,1,2")
+@example(b"filename,class,xmin,ymin,xmax,ymax\na,b,c,d,e,f,g,h,i\n")
+@example(b"\xff\xfe\x00\x00")
+@example(b"filename,filename,class,xmin,ymin,xmax,ymax\n1,2,3,4,5,6,7\n")
+def test_csv_read_rows(data):
+  column_map = csv_source.parse_column_map(None)
+  try:
+    for line, row in csv_source.read_rows(io.BytesIO(data), column_map):
+      assert isinstance(line, int) and isinstance(row, dict)
+      returns_or_input_error(csv_source.parse_row, row)
+  except InputError as e:
+    assert e.reason in ("malformed_csv", "missing_column")

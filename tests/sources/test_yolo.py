@@ -1,0 +1,158 @@
+"""sources/yolo.py: Ultralytics data.yaml and Darknet obj.data, end to end, read back with TF.
+
+Fixtures are written by tests/layouts.py from the generated sample images, laid out as the
+real tools lay them out. Every run goes through the CLI on the in-process runner.
+"""
+from __future__ import annotations
+
+import collections
+
+import layouts
+import pytest
+from bad_data import RUNNER, convert
+
+from beam_tfrecord.records.model import InputError
+from beam_tfrecord.sources import yolo
+
+YOLO_IDS = {name: i + 1 for i, name in enumerate(layouts.YOLO_NAMES)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure functions
+
+
+def test_parse_line_box_polygon_and_errors():
+  names = ["a", "b"]
+  obj = yolo.parse_line("1 0.5 0.25 0.2 0.1", names)
+  assert obj.label == "b" and obj.box.normalized
+  assert [round(v, 9) for v in (obj.box.xmin, obj.box.ymin, obj.box.xmax, obj.box.ymax)] == \
+      [0.4, 0.2, 0.6, 0.3]
+  poly = yolo.parse_line("0 0.1 0.2 0.4 0.25 0.35 0.6", names)  # a triangle: its bbox
+  assert (poly.box.xmin, poly.box.ymin, poly.box.xmax, poly.box.ymax) == (0.1, 0.2, 0.4, 0.6)
+  # a box on the border that rounding pushed past it is the border, not a clipped box
+  edge = yolo.parse_line("0 0.9 0.5 0.2000001 0.2", names)
+  assert edge.box.xmax == 1.0
+  cases = {"2 0.5 0.5 0.1 0.1": "class_out_of_range", "0 0.5 0.5 0.1": "malformed_line",
+           "a 0.5 0.5 0.1 0.1": "malformed_line", "0.5 0.5 0.5 0.1 0.1": "malformed_line",
+           "0 0.5 0.5 0.1 0.1 0.2": "malformed_line", "0 1.5 0.5 0.1 0.1": "bbox_outside_unit",
+           "0 0.5 -0.1 0.1 0.1": "bbox_outside_unit", "0 nan 0.5 0.1 0.1": "malformed_line"}
+  for line, reason in cases.items():
+    with pytest.raises(InputError) as e:
+      yolo.parse_line(line, names)
+    assert e.value.reason == reason, line
+
+
+def test_parse_label_text_keeps_good_lines_and_numbers_bad_ones():
+  objects, errors = yolo.parse_label_text("0 0.5 0.5 0.2 0.2\n\n9 0.5 0.5 0.1 0.1\n"
+                                          "1 0.1 0.1 0.1 0.1\n", ["a", "b"])
+  assert [o.label for o in objects] == ["a", "b"]
+  assert [(n, e.reason) for n, e in errors] == [(3, "class_out_of_range")]
+
+
+def test_label_paths_and_names():
+  assert yolo.label_path("/d/images/train/x.y.jpg") == "/d/labels/train/x.y.txt"
+  assert yolo.label_path("/d/images/a/images/b.png") == "/d/images/a/labels/b.txt"
+  assert yolo.label_path("/d/data/obj/b.jpeg") == "/d/data/obj/b.txt"  # Darknet: beside
+  assert yolo.label_dir("/d/train/images") == "/d/train/labels"
+  assert yolo.parse_names({0: "x", 1: "y"}, "f") == ("x", "y")
+  assert yolo.parse_names(["x", "y"], "f") == ("x", "y")
+  from beam_tfrecord.errors import UsageError
+  with pytest.raises(UsageError):
+    yolo.parse_names({0: "x", 2: "y"}, "f")
+
+
+def test_missing_split_folder_is_a_usage_error(tmp_path):
+  from beam_tfrecord.errors import UsageError
+  (tmp_path / "data.yaml").write_text("train: images/train\nnames: [a]\n")
+  with pytest.raises(UsageError, match="images/train"):
+    yolo.load(str(tmp_path / "data.yaml"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Pipelines
+
+
+@pytest.mark.e2e
+def test_ultralytics_yaml(dataset, tmp_path, capsys):
+  """COCO128-style yaml beside the dataset folder, names as {index: name}, background images
+  without label files: every image back, boxes to 1e-5, id = YOLO index + 1."""
+  yaml_path = layouts.write_ultralytics(dataset.images, dataset.image_dir, tmp_path / "src")
+  run = convert(["--input", str(yaml_path), "--output", str(tmp_path / "out")], capsys)
+  assert run.code == 0, run.stderr
+  assert "detected: yolo (shapes.yaml)" in run.stdout
+  assert run.manifest["format"] == "yolo" and run.manifest["schema"] == "od_api"
+  assert run.manifest["label_map"] == YOLO_IDS
+  assert (tmp_path / "out" / "label_map.pbtxt").read_text() == (
+      "item {\n  name: \"person\"\n  id: 1\n}\nitem {\n  name: \"dog\"\n  id: 2\n}\n"
+      "item {\n  name: \"cat\"\n  id: 3\n}\n")
+  assert layouts.split_counts(run) == dict(collections.Counter(im.split for im in dataset.images))
+  layouts.check_od_examples(run, dataset.images, dataset.image_dir, YOLO_IDS)
+  backgrounds = [im.file_name for im in dataset.images if not im.boxes]
+  assert backgrounds and all(run.by_filename()[f"images/{im.split}/{im.file_name}"]
+                             ["image/object/class/text"] == [] for im in dataset.images
+                             if not im.boxes)
+  assert run.errors == [] and run.manifest["totals"]["clipped_boxes"] == 0
+
+
+@pytest.mark.e2e
+def test_darknet_obj_data_with_label_map(dataset, tmp_path):
+  """obj.data in data/ naming data/-prefixed lists; --label-map overrides index + 1."""
+  obj_data = layouts.write_darknet(dataset.images, dataset.image_dir, tmp_path / "darknet")
+  obj = tmp_path / "darknet" / "data" / "obj"
+  (obj / "classes.txt").write_text("\n".join(layouts.YOLO_NAMES))  # LabelImg writes it here
+  (obj / "ghost.txt").write_text("0 0.5 0.5 0.1 0.1\n")  # its image was deleted
+  ids = {"cat": 7, "dog": 8, "person": 9}
+  label_map = layouts.write_label_map(tmp_path / "map.pbtxt", ids)
+  run = convert(["--format", "yolo", "--input", str(obj_data), "--label-map", str(label_map),
+                 "--output", str(tmp_path / "out"), RUNNER])
+  assert run.code == 0
+  assert run.manifest["label_map"] == ids
+  split_of = lambda im: "train" if im.split == "train" else "valid"  # noqa: E731
+  assert layouts.split_counts(run) == dict(collections.Counter(map(split_of, dataset.images)))
+  layouts.check_od_examples(run, dataset.images, dataset.image_dir, ids, split_of)
+  assert {e["filename"] for e in run.examples} == {
+      f"data/obj/{im.file_name}" for im in dataset.images}
+  # train.txt and valid.txt share data/obj: only the label no image claims is an orphan
+  assert [(e["reason"], e["level"], e["source"]) for e in run.errors] == [
+      ("orphan_label", "file", str(obj / "ghost.txt"))]
+
+
+@pytest.mark.e2e
+def test_bad_labels_become_error_records(small_dataset, tmp_path):
+  """Orphan label file, class out of range, malformed lines, a box outside [0, 1]: each an
+  error record at its level; the good lines of the same file and background images are kept;
+  a polygon line gives its bounding box."""
+  ds = small_dataset
+  yaml_path = layouts.write_ultralytics(ds.images, ds.image_dir, tmp_path / "src")
+  root = tmp_path / "src" / "shapes"
+  boxed = next(im for im in ds.images if im.boxes)
+  label = root / "labels" / boxed.split / f"{layouts.stem(boxed.file_name)}.txt"
+  good = label.read_text()
+  label.write_text(good + "7 0.5 0.5 0.1 0.1\n0 0.5 0.5\n0 1.25 0.5 0.1 0.1\n"
+                   "2 0.1 0.2 0.4 0.2 0.4 0.6 0.1 0.6\n")
+  (root / "labels" / "train" / "ghost.txt").write_text("0 0.5 0.5 0.1 0.1\n")
+  empty = next(im for im in ds.images if im is not boxed and im.boxes)
+  (root / "labels" / empty.split / f"{layouts.stem(empty.file_name)}.txt").write_text("")
+  run = convert(["--input", str(yaml_path), "--output", str(tmp_path / "out"), RUNNER])
+  assert run.code == 0
+  by_reason = {e["reason"]: e for e in run.errors}
+  assert sorted(by_reason) == ["bbox_outside_unit", "class_out_of_range", "malformed_line",
+                               "orphan_label"]
+  assert len(run.errors) == 4
+  assert by_reason["orphan_label"]["level"] == "file"
+  assert by_reason["orphan_label"]["source"].endswith("labels/train/ghost.txt")
+  lines = len(good.splitlines())
+  for reason, offset in (("class_out_of_range", 1), ("malformed_line", 2),
+                         ("bbox_outside_unit", 3)):
+    assert by_reason[reason]["level"] == "object"
+    assert by_reason[reason]["source"] == f"{label}:{lines + offset}"
+    assert by_reason[reason]["key"] == f"images/{boxed.split}/{boxed.file_name}"
+  examples = run.by_filename()
+  assert len(examples) == len(ds.images)  # background and emptied images kept
+  ex = examples[f"images/{boxed.split}/{boxed.file_name}"]
+  assert len(ex["image/object/class/text"]) == len(boxed.boxes) + 1
+  assert ex["image/object/class/text"][-1] == b"cat"
+  last = [ex[f"image/object/bbox/{k}"][-1] for k in ("xmin", "ymin", "xmax", "ymax")]
+  assert all(abs(a - b) < 1e-6 for a, b in zip(last, (0.1, 0.2, 0.4, 0.6)))
+  assert examples[f"images/{empty.split}/{empty.file_name}"]["image/object/class/text"] == []
+  assert run.manifest["errors"]["by_level"] == {"file": 1, "object": 3}

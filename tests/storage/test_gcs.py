@@ -1,0 +1,256 @@
+"""gs:// end to end against a local Cloud Storage emulator (the `gcp-storage-emulator` package).
+
+Annotations and images are uploaded to the emulator, converted from gs:// to gs:// through
+Beam's own GCS filesystem (google-cloud-storage honours STORAGE_EMULATOR_HOST), and the output
+must equal, byte for byte, the same conversion of the same files on local disk. Credentials are
+stubbed (anonymous, which Beam falls back to anyway) so auth does not retry for ~36 s.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("gcp_storage_emulator")
+
+from apache_beam.io.filesystems import FileSystems  # noqa: E402
+
+from beam_tfrecord import cli, sample
+from beam_tfrecord.finalize import card  # noqa: E402
+
+pytestmark = pytest.mark.e2e  # an emulator process, conversions through it
+
+BUCKET = "tfr-emulated"
+RUNNER = "--runner=FnApiRunner"
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def emulator():
+  """The emulator on a free loopback port, in memory, with one bucket; stopped afterwards."""
+  port = _free_port()
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "gcp_storage_emulator", "start", "--host=127.0.0.1",
+       f"--port={port}", "--in-memory", f"--default-bucket={BUCKET}", "--quiet"],
+      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  deadline = time.monotonic() + 30
+  while True:
+    try:
+      socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+      break
+    except OSError:
+      if proc.poll() is not None or time.monotonic() > deadline:
+        proc.kill()
+        pytest.fail(f"storage emulator did not start: {proc.stderr.read().decode()[-2000:]}")
+      time.sleep(0.1)
+  mp = pytest.MonkeyPatch()
+  from apache_beam.internal.gcp import auth
+  mp.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+  mp.setenv("NO_GCE_CHECK", "True")
+  mp.setattr(auth._Credentials, "_credentials_init", True)
+  mp.setattr(auth._Credentials, "_credentials", None)
+  try:
+    yield f"http://127.0.0.1:{port}"
+  finally:
+    mp.undo()
+    proc.terminate()
+    try:
+      proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      proc.wait()
+
+
+def _upload(local_root: str, gs_root: str) -> int:
+  count = 0
+  for d, _, files in os.walk(local_root):
+    for f in files:
+      src = os.path.join(d, f)
+      rel = os.path.relpath(src, local_root).replace(os.sep, "/")
+      with open(src, "rb") as fin, FileSystems.create(f"{gs_root}/{rel}") as fout:
+        fout.write(fin.read())
+      count += 1
+  return count
+
+
+def _read_tree(root: str):
+  """{relative name: bytes} of every object/file under root (local or gs://)."""
+  sep = "/" if root.startswith("gs://") else os.sep
+  found = FileSystems.match([root.rstrip("/") + sep + "**"])[0].metadata_list
+  result = {}
+  for meta in found:
+    rel = meta.path[len(root.rstrip("/")) + 1:].replace(os.sep, "/")
+    with FileSystems.open(meta.path, compression_type="uncompressed") as f:
+      result[rel] = f.read()
+  return result
+
+
+def _normalized_manifest(data: bytes, root: str):
+  manifest = json.loads(data)
+  for key in ("created", "args", "config", "source_fingerprint", "run_id"):
+    manifest.pop(key, None)
+  return json.loads(json.dumps(manifest).replace(root, "ROOT"))
+
+
+def _convert(data: str, out: str, *extra: str) -> int:
+  return cli.main(["convert", "--format", "coco",
+                   "--input", f"train={data}/instances_train.json",
+                   "--input", f"val={data}/instances_val.json",
+                   "--images", f"{data}/images", "--output", out, "--num-shards", "2",
+                   RUNNER, *extra])
+
+
+def test_gs_to_gs_equals_local(emulator, tmp_path, capsys):
+  local = str(tmp_path / "data")
+  images = sample.make_dataset(local, count=12)
+  gs_data = f"gs://{BUCKET}/datasets/sample"
+  assert _upload(local, gs_data) == len(os.listdir(os.path.join(local, "images"))) + len(
+      [f for f in os.listdir(local) if f.endswith((".json", ".csv"))]) + sum(
+      len(fs) for d, _, fs in os.walk(os.path.join(local, "voc")))
+
+  local_out = str(tmp_path / "out")
+  gs_out = f"gs://{BUCKET}/tfrecords/sample"
+  assert _convert(local, local_out) == 0
+  assert _convert(gs_data, gs_out, "--if-changed") == 0
+
+  want, got = _read_tree(local_out), _read_tree(gs_out)
+  assert sorted(got) == sorted(want), (sorted(got), sorted(want))
+  assert any(n.endswith(".tfrecord") for n in got) and "label_map.pbtxt" in got
+  assert not [n for n in got if n.startswith(".tmp")], "staging left behind"
+  for name in want:
+    if name == "manifest.json":
+      assert _normalized_manifest(got[name], gs_data) == _normalized_manifest(want[name], local)
+    elif name == "README.md":  # when, where and how differ; the card renders its manifest
+      assert got[name].decode() == card.render(json.loads(got["manifest.json"])), name
+    elif name.startswith("errors-"):
+      assert got[name].decode().replace(gs_data, "ROOT") == \
+          want[name].decode().replace(local, "ROOT"), name
+    else:
+      assert got[name] == want[name], f"{name} differs between gs:// and local"
+  manifest = json.loads(got["manifest.json"])
+  assert manifest["totals"]["examples"] == len(images)
+  assert manifest["source_fingerprint"]["files"] >= len(images) + 2
+
+  # `verify` reads shards through TensorFlow's filesystem, not Beam's, so it checks the local
+  # twin; the gs:// output equals it byte for byte.
+  assert cli.main(["verify", local_out]) == 0
+
+  # --if-changed on gs://: listing through FileSystems.match sees nothing new -> skipped;
+  # an image re-uploaded (new size and update time) -> converted again.
+  capsys.readouterr()
+  assert _convert(gs_data, gs_out, "--if-changed") == 0
+  assert "skipped" in capsys.readouterr().out
+  first = images[0].file_name
+  with open(os.path.join(local, "images", first), "rb") as f:
+    data = f.read()
+  with FileSystems.create(f"{gs_data}/images/{first}") as f:
+    f.write(data + b"\0")  # trailing bytes after the image's end: same pixels, new size
+  assert _convert(gs_data, gs_out, "--if-changed") == 0
+  out = capsys.readouterr().out
+  assert "skipped" not in out
+  again = json.loads(_read_tree(gs_out)["manifest.json"])
+  assert again["source_fingerprint"]["sha256"] != manifest["source_fingerprint"]["sha256"]
+
+
+def test_gs_output_survives_an_empty_run_and_a_held_lock(emulator, tmp_path, capsys):
+  """On gs:// too, a run that writes nothing leaves the earlier output as it was, and a
+  second writer is turned away by the lock object."""
+  from beam_tfrecord.finalize import lock
+  from beam_tfrecord.finalize import output as outputs
+  local = str(tmp_path / "data")
+  sample.make_dataset(local, count=6)
+  gs_data = f"gs://{BUCKET}/datasets/keep"
+  _upload(local, gs_data)
+  gs_out = f"gs://{BUCKET}/tfrecords/keep"
+  assert _convert(gs_data, gs_out) == 0
+  before = _read_tree(gs_out)
+  code = cli.main(["convert", "--format", "coco", "--input",
+                   f"train={gs_data}/instances_train.json", "--images",
+                   f"{gs_data}/no-such-images", "--output", gs_out, "--overwrite", RUNNER])
+  assert code == 4
+  after = _read_tree(gs_out)
+  assert {k: v for k, v in after.items() if not k.startswith(outputs.OWN_PREFIX)} == before
+  assert not [k for k in after if k == outputs.LOCK]
+  capsys.readouterr()
+  with lock.OutputLock(gs_out, "other-run"):
+    assert _convert(gs_data, gs_out, "--overwrite") == 2
+    assert "locked by run other-run" in capsys.readouterr().err
+  assert _read_tree(gs_out)["manifest.json"] == before["manifest.json"]
+
+
+def test_writer_processes_on_gs_write_the_same_shards(emulator, tmp_path):
+  """--writer-processes N asked for explicitly is used for gs:// too: the writers read and
+  write through Beam's GCS filesystem (the emulator's address comes with the environment)."""
+  local = str(tmp_path / "data")
+  sample.make_dataset(local, count=12)
+  gs_data = f"gs://{BUCKET}/datasets/writers"
+  _upload(local, gs_data)
+  local_out, gs_out = str(tmp_path / "out"), f"gs://{BUCKET}/tfrecords/writers"
+  assert _convert(local, local_out) == 0
+  assert _convert(gs_data, gs_out, "--writer-processes", "2") == 0
+  want, got = _read_tree(local_out), _read_tree(gs_out)
+  shards = sorted(n for n in want if n.endswith(".tfrecord"))
+  assert shards and [got[n] for n in shards] == [want[n] for n in shards]
+
+
+def test_gs_reads_are_whole_objects_or_errors(emulator):
+  """encode.read_bytes on gs://: one download per object, the same bytes as Beam's own read;
+  an object over the limit is rejected from its known size without reading, or from at most
+  limit + 1 bytes when the size is unknown; a missing object is `unreadable`."""
+  from beam_tfrecord.records.model import InputError
+  from beam_tfrecord.write import encode
+  data = os.urandom(5000)
+  uri = f"gs://{BUCKET}/reads/blob.bin"
+  with FileSystems.create(uri) as f:
+    f.write(data)
+  with FileSystems.open(uri, compression_type="uncompressed") as f:
+    assert f.read() == data
+  assert encode.read_bytes(uri) == data
+  assert encode.read_bytes(uri, size=len(data)) == data
+  assert encode.fetch(uri, 10_000, len(data))[0] == data
+  for size, says in ((None, "more than 4999 bytes"), (len(data), "has 5000 bytes")):
+    with pytest.raises(InputError) as e:
+      encode.read_bytes(uri, limit=4999, size=size)
+    assert e.value.reason == "image_too_large" and says in e.value.message
+  with pytest.raises(InputError) as e:
+    encode.read_bytes(f"gs://{BUCKET}/reads/missing.bin")
+  assert e.value.reason == "unreadable" and "missing.bin" in e.value.message
+
+
+def test_gs_listing_is_one_level_and_cached(emulator, monkeypatch):
+  """storage.files.list_dir on gs:// asks for one level (the client's delimiter listing), not
+  everything below the prefix, gives what a local listing gives, and asks once per run."""
+  from beam_tfrecord.storage import files, gcs
+  root = f"gs://{BUCKET}/listing"
+  for name in ("a.json", "b.txt", "train/x.jpg", "train/deep/y.jpg", "valid/z.jpg"):
+    with FileSystems.create(f"{root}/{name}") as f:
+      f.write(b"1")
+  client = gcs.client()
+  calls = []
+  real = client.list_blobs
+
+  def counted(*args, **kwargs):
+    calls.append(kwargs)
+    return real(*args, **kwargs)
+
+  monkeypatch.setattr(client, "list_blobs", counted)
+  files.forget_listings()
+  assert files.list_dir(root) == (["train", "valid"], ["a.json", "b.txt"])
+  assert files.list_dir(root + "/") == (["train", "valid"], ["a.json", "b.txt"])
+  assert files.list_dir(f"{root}/train") == (["deep"], ["x.jpg"])
+  assert files.is_dir(f"{root}/valid") and not files.is_dir(f"{root}/missing")
+  assert [c["delimiter"] for c in calls] == ["/"] * len(calls)
+  assert len(calls) == 4  # root, train, valid, missing: each once
+  files.forget_listings()
+  files.list_dir(root)
+  assert len(calls) == 5  # a new run lists again
