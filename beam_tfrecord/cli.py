@@ -68,7 +68,8 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       "data.yaml, an obj.data, or the directory holding it; folders: the root "
                       "of the class folders; auto: any of these, or an export directory. "
                       "Prefix SPLIT= to give the file's split, e.g. "
-                      "val=annotations/instances_val2017.json. Local paths or gs://, s3:// URIs")
+                      "val=annotations/instances_val2017.json. Local paths or gs:// URIs "
+                      "(s3:// needs boto3: pip install 'apache-beam[aws]')")
   add(parser, "--images", action="append", default=[], metavar="[SPLIT=]DIR",
                       help="image root that file names in the annotations are relative to; "
                       "repeat with SPLIT= for a root per split. Default: coco/csv, the "
@@ -120,6 +121,11 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       "xmin, ymin, xmax, ymax, split) to the CSV's own column names, e.g. "
                       "filename=path,class=label. A CSV without box columns is a "
                       "classification listing (one image-level label per row)")
+  add(parser, "--csv-normalized", action="store_true",
+                      help="csv only: xmin, ymin, xmax, ymax are fractions of the image's width "
+                      "and height (0..1), not pixels. Without it, a CSV file whose coordinates "
+                      "all lie within [0, 1.5] is read as pixels with a warning "
+                      "(looks_normalized) naming this option")
   add(parser, "--bbox-policy", choices=("clip", "drop", "error"), default="clip",
                       help="boxes partly outside the image: clip them (counted), drop the box, "
                       "or reject the image. Empty, non-finite or fully outside boxes are "
@@ -129,8 +135,9 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       "annotations instead of rejecting them")
   add(parser, "--follow-symlinks", action="store_true",
                       help="accept images that are symlinks to readable files outside the "
-                      "image root (symlink farms, exports assembled with ln -s); without it "
-                      "they are rejected as symlink_escape")
+                      "image root, and walk symlinked class folders (symlink farms, exports "
+                      "assembled with ln -s); without it such images are rejected as "
+                      "symlink_escape and symlinked class folders are refused")
   policy = parser.add_mutually_exclusive_group()
   add(policy, "--max-error-rate", type=float, metavar="R",
                       help="fail (exit code 3, after writing the error report) when rejected "
@@ -246,7 +253,12 @@ def make_parser() -> argparse.ArgumentParser:
                           "with TensorFlow, no stray shard, the label map")
   verify.add_argument("output", metavar="DIR")
   verify.add_argument("--repair", action="store_true",
-                      help="complete a replacement that a killed run left half done")
+                      help="complete a replacement that a killed run left half done, with the "
+                      "output's lock held (a dead run's lock is taken over and released)")
+  verify.add_argument("--break-lock", action="store_true",
+                      help="with --repair: take over a lock that cannot be judged (another "
+                      "host's, or empty and fresh); a live run's lock on this host is never "
+                      "broken")
   return parser
 
 
@@ -282,9 +294,10 @@ def check_beam_args(beam_args: Sequence[str]) -> None:
   if not beam_args:
     return  # nothing to look up: --help and the read-only commands never import Beam
   try:
-    _, unknown = _beam_parser().parse_known_args(list(beam_args))
+    known, unknown = _beam_parser().parse_known_args(list(beam_args))
   except SystemExit:
     raise UsageError(f"bad Beam pipeline option in {' '.join(beam_args)}") from None
+  check_runner(getattr(known, "runner", None))
   flags = [a.split("=", 1)[0] for a in unknown if a.startswith("-")]
   if not flags and unknown:
     raise UsageError(f"unrecognized arguments: {' '.join(unknown)}")
@@ -296,6 +309,26 @@ def check_beam_args(beam_args: Sequence[str]) -> None:
   hint = f"; did you mean {close[0]}?" if close else "; see `beam-tfrecord convert --help`"
   raise UsageError(f"unknown option {flag} (neither beam-tfrecord nor Apache Beam knows it)"
                    + hint)
+
+
+def check_runner(name: Optional[str]) -> None:
+  """A --runner Beam does not know is one line with a 'did you mean', before anything is
+  written (Beam's Pipeline() raises a ValueError for it). Beam matches names ignoring case,
+  with or without the 'Runner' suffix; dotted class names are left to Beam."""
+  if not name or "." in name:
+    return
+  import difflib
+
+  from apache_beam.options.pipeline_options import StandardOptions
+  known = {path.rsplit(".", 1)[-1].lower(): path.rsplit(".", 1)[-1]
+           for path in StandardOptions.ALL_KNOWN_RUNNERS}
+  if name.lower() in known or name.lower() + "runner" in known:
+    return
+  # 0.8: a typo (DirectRuner), not any name ending in 'runner' (NoSuchRunner ~ SparkRunner)
+  close = difflib.get_close_matches(name.lower(), list(known), n=1, cutoff=0.8)
+  hint = (f"did you mean {known[close[0]]}?" if close else
+          f"Beam knows {', '.join(sorted(known.values()))}")
+  raise UsageError(f"unknown --runner {name}: {hint}")
 
 
 @contextlib.contextmanager
@@ -403,7 +436,10 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
                             config_mod.input_paths(config))
   run_id = uuid.uuid4().hex
   with _private_tempdir(), _terminate_as_exit():
-    p = beam.Pipeline(options=options)
+    try:
+      p = beam.Pipeline(options=options)
+    except (ValueError, ImportError) as e:  # a runner Beam cannot make (a dotted name)
+      raise UsageError(f"--runner {standard.runner}: {e}") from None
     try:
       pipeline.build(p, config, argv, run_id)
     except ValueError as e:
@@ -413,9 +449,23 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
     from apache_beam.io.filesystems import FileSystems
     created = not FileSystems.exists(config.output)
     if created and not paths.is_remote(config.output):
-      os.makedirs(config.output, exist_ok=True)
+      try:
+        os.makedirs(config.output, exist_ok=True)
+      except OSError as e:  # a read-only parent or file system: one line, as for the lock
+        print(f"beam-tfrecord: cannot create the output directory {config.output} "
+              f"({e.strerror or e}); nothing was changed", file=sys.stderr)
+        return EXIT_FAILED
     start = time.monotonic()
-    with locks.OutputLock(config.output, run_id, break_lock):
+    lock = locks.OutputLock(config.output, run_id, break_lock)
+    try:
+      lock.acquire()
+    except locks.LockNotWritten as e:  # a full disk: nothing left behind, one line
+      print(f"beam-tfrecord: {config.output}: {e}", file=sys.stderr)
+      if created and not paths.is_remote(config.output):
+        with contextlib.suppress(OSError):
+          os.rmdir(config.output)  # ours, and empty: the lock was removed
+      return EXIT_FAILED
+    with lock:
       repaired = outputs.recover(config.output)
       if repaired:
         print(f"beam-tfrecord: {config.output}: {repaired}", file=sys.stderr)
@@ -535,8 +585,37 @@ def _config(args: argparse.Namespace) -> ConvertConfig:
   return ConvertConfig(**values)
 
 
+DEMO_MARKER = ".beam-tfrecord-demo"  # in the folders the demo made: its own, to write again
+DEMO_ENTRIES = (DEMO_MARKER, "data", "tfrecords", "show.png")
+
+
+def claim_demo_folder(path: str) -> None:
+  """Make `path` the demo's folder, or refuse with UsageError. The demo writes DIR/data,
+  DIR/tfrecords and DIR/show.png over whatever is there, so it writes only into a folder that
+  does not exist yet, an empty one, or its own earlier output (DEMO_MARKER, nothing else
+  beside the demo's entries, none of them a link leading elsewhere)."""
+  if os.path.lexists(path) and not os.path.isdir(path):
+    raise UsageError(f"demo --output {path} exists and is not a folder; choose a new folder")
+  entries = sorted(os.listdir(path)) if os.path.isdir(path) else []
+  if entries and DEMO_MARKER not in entries:
+    raise UsageError(f"demo --output {path} already holds files the demo did not write "
+                     f"({', '.join(entries[:3])}{', ...' if len(entries) > 3 else ''}); the "
+                     "demo writes only into a new or empty folder or its own earlier output: "
+                     "choose another --output")
+  others = [e for e in entries if e not in DEMO_ENTRIES or os.path.islink(os.path.join(path, e))]
+  if others:
+    raise UsageError(f"demo --output {path} holds {', '.join(others[:3])} besides the demo's "
+                     f"own files (or as a link); the demo writes nothing there: move "
+                     f"{'it' if len(others) == 1 else 'them'} or choose another --output")
+  os.makedirs(path, exist_ok=True)
+  with open(os.path.join(path, DEMO_MARKER), "w", encoding="utf-8") as f:
+    f.write("made by `beam-tfrecord demo`: its next runs may replace data/, tfrecords/ and "
+            "show.png here\n")
+
+
 def _demo(args, beam_args: Sequence[str]) -> int:
   from beam_tfrecord import sample
+  claim_demo_folder(args.output)
   data = os.path.join(args.output, "data")
   images = sample.make_dataset(data, count=args.images)
   print(f"sample dataset: {len(images)} images, "
@@ -564,6 +643,7 @@ def _demo(args, beam_args: Sequence[str]) -> int:
 
 
 def _show(args) -> int:
+  from beam_tfrecord.finalize.output import IncompleteOutput
   from beam_tfrecord.readback import show
   if args.n < 1:
     print("beam-tfrecord: -n must be at least 1", file=sys.stderr)
@@ -573,6 +653,8 @@ def _show(args) -> int:
   except (KeyError, ValueError) as e:
     print(f"beam-tfrecord: {e.args[0] if e.args else e}", file=sys.stderr)
     return 2
+  except IncompleteOutput as e:  # one line naming verify --repair, exit 2
+    raise UsageError(str(e)) from None
   except OSError as e:  # no manifest.json: not a finished output
     print(f"beam-tfrecord: {args.output} has no readable manifest.json ({e}); is it a "
           "finished beam-tfrecord output?", file=sys.stderr)
@@ -622,6 +704,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   except KeyboardInterrupt:
     print("beam-tfrecord: interrupted; the earlier output is unchanged", file=sys.stderr)
     return 130
+  except OSError as e:  # a read-only or full disk where a command writes: one line, exit 1
+    where = f"{e.filename}: " if e.filename else ""
+    print(f"beam-tfrecord: error: {where}{e.strerror or e}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
@@ -653,7 +739,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     return stats.inspect_command(args.output, as_json=args.json, plot_path=args.plot)
   if args.command == "show":
     return _show(args)
-  return verify.run(args.output, repair=args.repair)
+  return verify.run(args.output, repair=args.repair, break_lock=args.break_lock)
 
 
 def console() -> None:

@@ -3,6 +3,7 @@ resolution (--format auto, the default schema). Beam-free: the CLI imports it fo
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import posixpath
 from typing import Any, Dict, List, Optional, Tuple
@@ -14,7 +15,7 @@ from beam_tfrecord.prepare import splitting
 from beam_tfrecord.records.boxes import BBOX_POLICIES
 from beam_tfrecord.sources import registry
 from beam_tfrecord.storage import paths
-from beam_tfrecord.storage.files import DEFAULT_MAX_IMAGE_BYTES
+from beam_tfrecord.storage.files import DEFAULT_MAX_IMAGE_BYTES, check_store
 from beam_tfrecord.write import images as imaging
 from beam_tfrecord.write.encode import EncodeOptions
 from beam_tfrecord.write.images import DEFAULT_MAX_PIXELS
@@ -39,6 +40,7 @@ class ConvertConfig:
   shard_size_mb: Optional[float] = None
   sink: str = "shards"
   csv_columns: Optional[str] = None
+  csv_normalized: bool = False            # csv: coordinates are fractions of the image size
   bbox_policy: str = "clip"
   allow_absolute_paths: bool = False
   overwrite: bool = False
@@ -81,7 +83,8 @@ class ConvertConfig:
                              max_side=self.max_side,
                              resize=imaging.parse_size(self.resize) if self.resize else None,
                              image_format=image_format, jpeg_quality=self.jpeg_quality),
-                         schema=schema.option, renames=tuple(sorted(self.renames().items())))
+                         schema=schema.option, renames=tuple(sorted(self.renames().items())),
+                         follow_symlinks=self.follow_symlinks)
 
   def validate(self) -> None:
     if self.format not in FORMATS:
@@ -92,14 +95,19 @@ class ConvertConfig:
       # Beam's own file sinks (WriteToText for the error report) glob their temporary paths
       raise ValueError(f"--output {self.output!r} contains one of [ ] * ?, which Beam's file "
                        "sinks read as a pattern; choose a directory name without them")
+    for what, items in (("--input", self.inputs), ("--images", self.images),
+                        ("--output", [self.output]), ("--label-map", [self.label_map or ""])):
+      for item in items:  # an object store without its client library: what to install
+        check_store(paths.parse_assignment(item)[1], what)
     if self.sink not in SINKS:
       raise ValueError(f"--sink must be one of {', '.join(SINKS)}")
     if self.num_shards is not None and self.num_shards < 1:
       raise ValueError("--num-shards must be at least 1")
     if self.num_shards and self.shard_size_mb:
       raise ValueError("give --num-shards or --shard-size-mb, not both")
-    if self.shard_size_mb is not None and self.shard_size_mb <= 0:
-      raise ValueError("--shard-size-mb must be positive")
+    if self.shard_size_mb is not None and not (math.isfinite(self.shard_size_mb)
+                                               and self.shard_size_mb > 0):
+      raise ValueError(f"--shard-size-mb must be a positive number, not {self.shard_size_mb}")
     if self.records_per_shard is not None and (
         self.records_per_shard < 1 or self.num_shards or self.shard_size_mb):
       raise ValueError("--records-per-shard must be at least 1, without --num-shards or "
@@ -148,9 +156,23 @@ class ConvertConfig:
     if self.writer_processes < 0:
       raise ValueError("--writer-processes must be 0 (automatic) or more")
 
+  def first_id(self) -> int:
+    """The id of the first class when ids are numbered from sorted names: the schema's, for
+    an image-level source its FIRST_ID_IMAGE_LEVEL (tutorial: 0, as classification)."""
+    schema = schemas.get(self.schema_option())
+    return schema.first_id_for(schema.image_level and registry.image_level(self))
+
   def check_resolved(self) -> None:
     """The checks that need the format and the schema decided (see resolve): UsageError."""
     schema = schemas.get(self.schema_option())
+    if not schema.image_level and registry.image_level(self):
+      # a box schema writes objects only: every image-level label would be dropped
+      fitting = [name for name in schemas.REGISTRY if schemas.get(name).image_level]
+      raise UsageError(f"--schema {schema.option} writes boxes only, and this --format "
+                       f"{self.format} input labels whole images: every label would be lost; "
+                       f"use --schema {' or '.join(fitting)}")
+    if self.csv_normalized and self.format != "csv":
+      raise UsageError(f"--csv-normalized applies to --format csv only, not {self.format}")
     if self.include_masks and not schema.masks:
       raise UsageError(f"--include-masks writes image/object/mask of the {schemas.DEFAULT} "
                        f"schema, not {schema.option}")
@@ -163,30 +185,52 @@ class ConvertConfig:
                        f"its readers decode); --image-format {self.image_format} does not fit "
                        "it")
     self.renames()
+    if self.images and not getattr(registry.get(self.format), "IMAGES", True):
+      raise UsageError(f"--format {self.format} finds its images itself (from its inputs); "
+                       "--images would be ignored: leave it out")
+    self.input_image_roots()  # ValueError when --images and --input do not pair up
     if self.shard_name_template != naming.DEFAULT_SHARD_NAME_TEMPLATE:
       splits = possible_splits(self)
       naming.check_template(self.shard_name_template, splits, self.num_shards)
       naming.check_names(self.shard_name_template, splits, self.num_shards)
 
-  def image_roots(self) -> Tuple[Optional[str], Dict[str, str]]:
-    """(default image root, {split: image root}) from the --images options."""
-    default, per_split = None, {}
+  def input_image_roots(self) -> List[Tuple[Optional[str], str, Optional[str]]]:
+    """(split, uri, image root or None) of each --input: its split's --images SPLIT=DIR, else
+    the unprefixed --images. Several unprefixed --images go with the --inputs in order (the
+    i-th with the i-th). One root never silently replaces another: a count that does not
+    match, a split given twice, a SPLIT= no --input has, or both kinds mixed with several
+    unprefixed ones raise ValueError."""
+    inputs = [paths.parse_assignment(item) for item in self.inputs]
+    unprefixed, per_split = [], {}
     for item in self.images:
       split, root = paths.parse_assignment(item)
-      if split:
-        per_split[split] = root
-      else:
-        default = root
-    return default, per_split
+      if not split:
+        unprefixed.append(root)
+      elif per_split.setdefault(split, root) != root:
+        raise ValueError(f"--images {split}= is given twice ({per_split[split]}, {root}); for "
+                         "several inputs of one split give one --images without SPLIT= per "
+                         "--input, in --input order")
+    unused = sorted(set(per_split) - {split for split, _ in inputs if split})
+    if unused:
+      raise ValueError(f"--images {unused[0]}={per_split[unused[0]]}: no --input has the split "
+                       f"{unused[0]} (--images SPLIT=DIR goes with --input SPLIT=FILE)")
+    if len(unprefixed) > 1:
+      if len(unprefixed) != len(inputs):
+        raise ValueError(f"{len(unprefixed)} --images without SPLIT= for {len(inputs)} --input: "
+                         "give one for all inputs, one per --input (paired in order), or "
+                         "SPLIT=DIR")
+      if per_split:
+        raise ValueError("give one --images without SPLIT= per --input (paired in order) or "
+                         "--images SPLIT=DIR, not both")
+      return [(split, uri, root) for (split, uri), root in zip(inputs, unprefixed)]
+    default = unprefixed[0] if unprefixed else None
+    return [(split, uri, per_split.get(split or "", default)) for split, uri in inputs]
 
   def file_inputs(self) -> List[Tuple[Optional[str], str, str]]:
     """(split, annotation uri, image root) of each --input of a file format (COCO, CSV): the
-    root is the split's --images, else the unprefixed --images, else the file's directory."""
-    default_root, per_split = self.image_roots()
+    root is its --images (input_image_roots), else the file's directory."""
     result = []
-    for item in self.inputs:
-      split, uri = paths.parse_assignment(item)
-      root = per_split.get(split or "", default_root)
+    for split, uri, root in self.input_image_roots():
       if root is None:
         root = posixpath.dirname(uri) if paths.is_remote(uri) else os.path.dirname(uri) or "."
       result.append((split, uri, root))

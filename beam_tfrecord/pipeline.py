@@ -3,7 +3,7 @@ source -> prepare (locate, split, label map) -> plan shards -> write -> finalize
 from __future__ import annotations
 
 import uuid
-from typing import Optional, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
@@ -11,6 +11,7 @@ from beam_tfrecord import schemas
 from beam_tfrecord.config import ConvertConfig, resolve
 from beam_tfrecord.finalize import output as outputs
 from beam_tfrecord.finalize.transform import Finalize, count_keys
+from beam_tfrecord.plan import shard_plan
 from beam_tfrecord.plan.transform import PlanShards
 from beam_tfrecord.prepare import label_map as label_maps
 from beam_tfrecord.prepare.labels import BuildLabelMap
@@ -54,6 +55,15 @@ def writer_processes(root, config: ConvertConfig) -> Tuple[int, int]:
   return 1, 0
 
 
+def declared_splits(fractions: Optional[Mapping[str, float]],
+                    source_splits: Optional[Sequence[str]]) -> List[str]:
+  """The splits a run must not end without: --split's (but those given 0), else the ones
+  the source names up front (a split the source lists and whose images were all lost)."""
+  if fractions:
+    return sorted(name for name, fraction in fractions.items() if fraction > 0)
+  return sorted(source_splits or ())
+
+
 def build(root, config: ConvertConfig, argv: Sequence[str] = (),
           run_id: Optional[str] = None) -> beam.PCollection:
   """Wire the whole conversion onto `root` (a Pipeline). Returns the manifest PCollection.
@@ -66,9 +76,10 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   staging = outputs.run_dir(config.output, run_id)
   options = config.encode_options()
   schema = schemas.from_options(options)
-  user_map = (label_maps.read(config.label_map, min_id=schema.first_id)
+  first_id = config.first_id()  # the schema's, or its image-level sources' (tutorial: 0)
+  user_map = (label_maps.read(config.label_map, min_id=first_id)
               if config.label_map else None)
-  source, source_splits = registry.read(root, config, first_id=schema.first_id,
+  source, source_splits = registry.read(root, config, first_id=first_id,
                                         in_process=in_process(root))
   fractions = config.split_fractions()
   remote = config.allow_absolute_paths or any(
@@ -76,13 +87,15 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   images, prepare_errors = source.images | "Prepare" >> PrepareImages(
       fractions, dedupe=config.sink != "shards", remote=remote)
   label_map = beam.pvalue.AsSingleton(
-      root | "LabelMap" >> BuildLabelMap(source, user_map, schema.first_id))
+      root | "LabelMap" >> BuildLabelMap(source, user_map, first_id))
 
   template = config.shard_name_template
   packed_images = images | "Pack" >> beam.Map(
       lambda ann: packed.pack(ann, schema.planned_records(ann)))
-  plan = beam.pvalue.AsSingleton(packed_images | "Plan" >> PlanShards(
-      config.num_shards, config.shard_size_mb, staging, config.records_per_shard, template))
+  planned = packed_images | "Plan" >> PlanShards(
+      config.num_shards, config.shard_size_mb, staging, config.records_per_shard, template)
+  plan = beam.pvalue.AsSingleton(planned)
+  overlap_warnings = planned | "InTwoSplits" >> beam.FlatMap(shard_plan.overlap_warnings)
 
   if config.sink == "shards":
     stats, write_errors = packed_images | "WriteShards" >> WriteShards(
@@ -106,7 +119,8 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
                   | "StatsKey" >> beam.Map(lambda s: ((s["split"], s["shard"]), s))
                   | "MergeStats" >> beam.CombinePerKey(merge_stats)
                   | "StatsValues" >> beam.Values())
-  errors = ((source.errors, prepare_errors, write_errors) | "AllErrors" >> beam.Flatten())
+  errors = ((source.errors, prepare_errors, overlap_warnings, write_errors)
+            | "AllErrors" >> beam.Flatten())
   error_files = (errors
                  | "ErrorJson" >> beam.Map(ErrorRecord.to_json)
                  | "WriteErrors" >> beam.io.WriteToText(
@@ -118,6 +132,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   return (root
           | "Once" >> beam.Create([None])
           | "Finalize" >> beam.ParDo(
-              Finalize(config, argv, staging, run_id), beam.pvalue.AsList(merged_stats),
+              Finalize(config, argv, staging, run_id, declared_splits(fractions, source_splits)),
+              beam.pvalue.AsList(merged_stats),
               beam.pvalue.AsDict(error_counts), label_map,
               beam.pvalue.AsList(error_files), beam.pvalue.AsList(beam_files), plan))

@@ -146,7 +146,7 @@ def finished_output(tmp_path_factory) -> str:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("command", [["--help"], ["convert", "--help"], ["inspect", "{out}"],
-                                     ["verify", "{out}"],
+                                     ["verify", "{out}"], ["verify", "--repair", "{out}"],
                                      ["show", "{out}", "--output", "{out}/../grid.png"]])
 def test_read_only_commands_do_not_import_beam(command, finished_output):
   argv = [a.replace("{out}", finished_output) for a in command]

@@ -3,7 +3,10 @@
 `render(manifest)` is pure (the finalize step writes its result next to manifest.json), so
 everything in the card is a number or a name the manifest holds: what was converted, from
 where, when and with which command; counts per split and per class; the schema's keys; a
-tf.data reading snippet with this output's feature_description; the error summary.
+tf.data reading snippet with this output's feature_description and shard names (read from
+manifest.json, so any --shard-name-template works); the error summary. Names and paths from
+the input (classes, splits, files) are escaped for Markdown tables and HTML: a class named
+`a|b`, `<script>` or with a newline shows as written and never splits a row or runs.
 """
 from __future__ import annotations
 
@@ -23,8 +26,53 @@ def _table(header: Sequence[str], rows: Sequence[Sequence], right: int = 1) -> L
       "| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in rows]
 
 
-def _code(text: str) -> str:
-  return "`" + text.replace("`", "'") + "`"
+_CONTROL = {"\n": "n", "\r": "r", "\t": "t"}
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_MARKS = set("\\`*_[]|~")  # inline marks, and the table's cell separator
+
+
+def _visible(ch: str) -> str:
+  """A control character as its escape (\\n, \\x1b): one table row stays one line."""
+  return _CONTROL.get(ch) or f"x{ord(ch):02x}"
+
+
+def _is_control(ch: str) -> bool:
+  return ord(ch) < 32 or ord(ch) == 127
+
+
+def _text(value) -> str:
+  """Markdown text showing `value` as written: HTML's <, > and & as entities (no tag passes
+  through), Markdown's inline marks and the table's | backslash-escaped, control characters
+  as visible escapes (a newline would end the table row)."""
+  out = []
+  text = str(value)
+  for i, ch in enumerate(text):
+    if ch in _ENTITIES:
+      out.append(_ENTITIES[ch])
+    elif ch == "_" and 0 < i < len(text) - 1 and text[i - 1].isalnum() and \
+        text[i + 1].isalnum():
+      out.append(ch)  # inside a word _ never emphasizes: traffic_light stays readable
+    elif ch in _MARKS:
+      out.append("\\" + ch)
+    elif _is_control(ch):
+      out.append("\\\\" + _visible(ch))  # an escaped backslash, then the letter
+    else:
+      out.append(ch)
+  return "".join(out)
+
+
+def _code(text: str, table: bool = True) -> str:
+  """`text` as inline code. A backquote cannot be escaped in a code span (it becomes '); a |
+  still ends a table cell there unless escaped (GFM), and a newline the row."""
+  text = "".join("\\" + _visible(ch) if _is_control(ch) else ch for ch in str(text))
+  text = text.replace("`", "'")
+  return "`" + (text.replace("|", "\\|") if table else text) + "`"
+
+
+def _py(value: str) -> str:
+  """A Python string literal for a code block: repr, with backquotes as \\x60 so that no
+  name can close the Markdown fence around it."""
+  return repr(value).replace("`", "\\x60")
 
 
 def default_split(manifest: Mapping) -> str:
@@ -39,36 +87,45 @@ def feature_lines(features: Mapping[str, Mapping]) -> List[str]:
     dtype = _TF_DTYPES.get(spec["dtype"], "tf.string")
     parser = (f"tf.io.FixedLenFeature([], {dtype})" if spec.get("kind") == "fixed"
               else f"tf.io.VarLenFeature({dtype})")
-    lines.append(f"    {key!r}: {parser},")
+    lines.append(f"    {_py(key)}: {parser},")
   return lines + ["}"]
 
 
 def tf_data_snippet(manifest: Mapping) -> str:
-  """Plain TensorFlow reading code for this output, runnable as written."""
+  """Plain TensorFlow reading code for this output, runnable as written. The shard files come
+  from manifest.json (in shard order), so every --shard-name-template is read right."""
   from beam_tfrecord.readback import views
-  output = (manifest.get("config") or {}).get("output") or "."
+  output = _output(manifest)
   split = default_split(manifest)
   try:
     image_key = views.resolve(manifest).image
   except ValueError:
     image_key = None
-  lines = ["import tensorflow as tf", "",
-           f"OUTPUT = {output!r}  # this directory", ""]
+  lines = ["import json", "", "import tensorflow as tf", "",
+           f"OUTPUT = {_py(output)}  # this directory", ""]
   lines += feature_lines(manifest.get("features") or {})
   lines += ["", "",
             "def parse(record):",
             "    return tf.io.parse_single_example(record, feature_description)",
             "", "",
-            f"files = sorted(tf.io.gfile.glob(OUTPUT + {'/' + split + '-[0-9]*-of-*.tfrecord'!r}))",
+            "with tf.io.gfile.GFile(OUTPUT + '/manifest.json') as f:",
+            "    shards = json.load(f)['splits'][" + _py(split) + "]['shards']",
+            "files = [OUTPUT + '/' + shard['path'] for shard in shards]",
             "dataset = tf.data.TFRecordDataset(files).map(parse)",
             "for example in dataset.take(1):"]
   if image_key:
-    lines += [f"    image = tf.io.decode_image(example[{image_key!r}], expand_animations=False)",
+    lines += [f"    image = tf.io.decode_image(example[{_py(image_key)}], "
+              "expand_animations=False)",
               "    print(image.shape, sorted(example))"]
   else:
     lines.append("    print(sorted(example))")
   lines.append("print(sum(1 for _ in dataset), 'examples')  # reads every record")
   return "\n".join(lines)
+
+
+def _output(manifest: Mapping) -> str:
+  output = (manifest.get("config") or {}).get("output") or "."
+  return output.rstrip("/") or output  # OUTPUT + '/name' must not make a '//' object name
 
 
 def _command(manifest: Mapping) -> str:
@@ -78,8 +135,9 @@ def _command(manifest: Mapping) -> str:
 
 def render(manifest: Mapping) -> str:
   """README.md for the output directory this manifest describes."""
+  from beam_tfrecord.readback import views
   config = manifest.get("config") or {}
-  output = config.get("output") or "."
+  output = _output(manifest)
   name = output.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or output
   splits: Mapping[str, Mapping] = manifest.get("splits") or {}
   totals = manifest.get("totals") or {}
@@ -87,7 +145,7 @@ def render(manifest: Mapping) -> str:
   label_map: Mapping[str, int] = manifest.get("label_map") or {}
   split = default_split(manifest)
 
-  out = [f"# {name}: dataset card", "",
+  out = [f"# {_text(name)}: dataset card", "",
          f"TFRecord files of `tf.train.Example`, converted by beam-tfrecord "
          f"{manifest.get('version', '?')} on {manifest.get('created', '?')}. "
          f"Status: **{manifest.get('status', '?')}**. This card is generated from "
@@ -99,15 +157,14 @@ def render(manifest: Mapping) -> str:
             ("schema", _code(str(manifest.get("schema")))),
             ("writer", _code(str(manifest.get("sink")))),
             ("command", _code(_command(manifest)))]
-  renamed = manifest.get("feature_names")
+  renamed = views.renames(manifest)
   if renamed:
-    pairs = renamed.items() if isinstance(renamed, Mapping) else (
-        i.split("=", 1) for i in renamed)
-    source.append(("renamed features", ", ".join(f"`{a}` → `{b}`" for a, b in pairs)))
+    source.append(("renamed features", ", ".join(f"{_code(a)} → {_code(b)}"
+                                                 for a, b in renamed.items())))
   out += _table(["", ""], source, right=2) + [""]
 
   out += ["## Splits", ""]
-  rows = [(s, e.get("examples"), e.get("objects"), e.get("num_shards"),
+  rows = [(_text(s), e.get("examples"), e.get("objects"), e.get("num_shards"),
            f"{(e.get('bytes') or 0) / 1e6:.2f}") for s, e in splits.items()]
   rows.append(("**total**", totals.get("examples"), totals.get("objects"),
                sum(e.get("num_shards") or 0 for e in splits.values()),
@@ -124,16 +181,16 @@ def render(manifest: Mapping) -> str:
           "ids as in `label_map.pbtxt`.", ""]
   names = sorted(set(label_map) | {c for e in splits.values() for c in e.get("classes") or {}},
                  key=lambda c: (label_map.get(c, 1 << 62), c))
-  rows = [(label_map.get(c, "-"), c,
+  rows = [(label_map.get(c, "-"), _text(c),
            *[(e.get("classes") or {}).get(c, 0) for e in splits.values()],
            sum((e.get("classes") or {}).get(c, 0) for e in splits.values())) for c in names]
-  out += _table(["id", "class", *splits, "total"], rows, right=2) + [""]
+  out += _table(["id", "class", *map(_text, splits), "total"], rows, right=2) + [""]
 
   out += ["## Features", "", "Keys with one value per example are read as "
           "`tf.io.FixedLenFeature([])`; lists (per object) as `tf.io.VarLenFeature`.", ""]
   features: Mapping[str, Mapping] = manifest.get("features") or {}
   out += _table(["key", "type", "values"], [
-      (f"`{k}`", _PY_TYPES.get(f["dtype"], f["dtype"]),
+      (_code(k), _PY_TYPES.get(f["dtype"], f["dtype"]),
        "one per example" if f.get("kind") == "fixed" else "list")
       for k, f in features.items()], right=3) + [""]
 
@@ -141,10 +198,10 @@ def render(manifest: Mapping) -> str:
           tf_data_snippet(manifest), "```", "",
           "With beam-tfrecord (feature spec from `manifest.json`, per-object lists dense):", "",
           "```python", "from beam_tfrecord import reader", "",
-          f"dataset = reader.load({output!r}, split={split!r})",
+          f"dataset = reader.load({_py(output)}, split={_py(split)})",
           "for example in dataset.take(1):",
           "    print({k: v.shape for k, v in example.items()})",
-          f"reader.show({output!r}, split={split!r}, n=16)  # PIL image of 16 examples",
+          f"reader.show({_py(output)}, split={_py(split)}, n=16)  # PIL image of 16 examples",
           "```", ""]
 
   out += ["## Errors", ""]
@@ -152,13 +209,14 @@ def render(manifest: Mapping) -> str:
   if not count:
     out += ["No input was rejected.", ""]
   else:
+    files = ", ".join(_code(f, table=False) for f in errors.get("files") or [])
     out += [f"{count} inputs were rejected or warned about (error rate "
             f"{errors.get('rate', 0):.4g}); one JSON line each in "
-            f"{', '.join(_code(f) for f in errors.get('files') or []) or '`errors-*.jsonl`'}.",
-            ""]
-    out += _table(["reason", "count"], sorted((errors.get("by_reason") or {}).items(),
-                                              key=lambda kv: (-kv[1], kv[0]))) + [""]
+            f"{files or '`errors-*.jsonl`'}.", ""]
+    out += _table(["reason", "count"], [(_text(k), v) for k, v in sorted(
+        (errors.get("by_reason") or {}).items(), key=lambda kv: (-kv[1], kv[0]))]) + [""]
     levels: Dict[str, int] = errors.get("by_level") or {}
     if levels:
-      out += ["By level: " + ", ".join(f"{k} {v}" for k, v in levels.items()) + ".", ""]
+      out += ["By level: " + ", ".join(f"{_text(k)} {v}" for k, v in levels.items()) + ".",
+              ""]
   return "\n".join(out)

@@ -74,9 +74,8 @@ def source_patterns(config) -> List[Tuple[str, str]]:
   label directory (or list file). Plus --label-map when given.
   """
   from beam_tfrecord.sources import registry
-  default_root, per_split = config.image_roots()
   result, implied = registry.get(config.format).fingerprint_patterns(config)
-  roots = list(per_split.values()) + ([default_root] if default_root else []) + implied
+  roots = [paths.parse_assignment(item)[1] for item in config.images] + implied
   for root in sorted(set(roots)):
     result.append(("tree", paths.join(root, "**")))
   if config.label_map:

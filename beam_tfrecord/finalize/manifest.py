@@ -45,10 +45,25 @@ def split_entries(stats: Sequence[Dict], beam_files: Sequence[str]) -> Dict[str,
   return splits
 
 
+def empty_splits(declared: Sequence[str], splits: Mapping[str, Mapping]) -> List[str]:
+  """The splits declared before running (by the source, or --split) that hold no example."""
+  return sorted(s for s in set(declared) if not (splits.get(s) or {}).get("examples"))
+
+
+def main_reasons(reasons: Mapping[str, int], top: int = 3) -> str:
+  """'reason count, ...' of the most frequent error reasons (errors carry no split: the
+  run's)."""
+  items = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+  return ", ".join(f"{reason} {n}" for reason, n in items) or "no error recorded"
+
+
 def outcome_of(totals: Mapping[str, int], levels: Mapping[str, int], rate: float,
-               limit: Optional[float], lost: str) -> Tuple[str, str]:
+               limit: Optional[float], lost: str, empty: Sequence[str] = (),
+               reasons: Optional[Mapping[str, int]] = None) -> Tuple[str, str]:
   """(outcome, status) of a finished run; status is 'ok' or 'failed: why'. Nothing written
-  is never a success: with no image even seen it is 'no_images', else 'empty'."""
+  is never a success: with no image even seen it is 'no_images', else 'empty'; so is a
+  declared split left with no example (`empty`, empty_splits) and objects that were all
+  rejected (a label map that matches no class: images written without their boxes)."""
   if lost:
     return "lost_records", (f"failed: the runner lost records ({lost}); the output is "
                             "incomplete. Beam's multi_threading local mode did this under load "
@@ -59,6 +74,15 @@ def outcome_of(totals: Mapping[str, int], levels: Mapping[str, int], rate: float
                            "annotation files that could not be read)")
     return "empty", (f"failed: nothing was written: all {levels['image']} images were "
                      "rejected (see errors-*.jsonl)")
+  why = main_reasons(reasons or {})
+  if empty:
+    names = ", ".join(repr(s) for s in empty)
+    return "empty", (f"failed: split{'s' if len(empty) > 1 else ''} {names} declared by the "
+                     f"input ended with no example (main reasons: {why}; see errors-*.jsonl)")
+  if levels.get("object") and not totals["objects"]:
+    return "empty", (f"failed: every object was rejected ({levels['object']} objects; the "
+                     f"{totals['images']} images were written without boxes; main reasons: "
+                     f"{why}; see errors-*.jsonl)")
   if limit is not None and rate > limit:
     rejected = sum(n for level, n in levels.items() if level != "warning")
     return "error_rate", (f"failed: error rate {rate:.4g} exceeds --max-error-rate {limit:g} "

@@ -81,11 +81,12 @@ def read_json(uri: str) -> Dict:
     return json.loads(f.read().decode("utf-8"))
 
 
-def write_atomic(uri: str, data: bytes) -> None:
-  """Write to a hidden name of ours beside `uri`, then rename it into place."""
+def write_atomic(directory: str, name: str, data: bytes) -> None:
+  """Write directory/name (a plain name: paths.plain_name) under a hidden name of ours beside
+  it, then rename it into place."""
   from apache_beam.io.filesystems import FileSystems
-  base = _basename(uri)
-  tmp = paths.join(uri[: len(uri) - len(base)].rstrip("/\\") or ".", f"{OWN_PREFIX}tmp-{base}")
+  uri = paths.child(directory, name)
+  tmp = paths.child(directory, f"{OWN_PREFIX}tmp-{name}")
   with FileSystems.create(tmp) as f:
     f.write(data)
   FileSystems.rename([tmp], [uri])
@@ -109,14 +110,20 @@ def read_manifest(output: str) -> Dict:
 
 def files_of(manifest: Dict) -> List[str]:
   """Every file a finished run wrote into the output, manifest.json included. Manifests from
-  before the `files` list are read from their shard, error and label map entries."""
+  before the `files` list are read from their shard, error and label map entries.
+
+  These are the names an --overwrite deletes, and a manifest is plain JSON anyone can edit:
+  UnsafeName (a ValueError) unless every one is a plain name directly inside the output."""
   if "files" in manifest:
-    return sorted(set(manifest["files"]) | {MANIFEST})
-  names = {MANIFEST, LABEL_MAP}
-  for entry in manifest.get("splits", {}).values():
-    names.update(_basename(s["path"]) for s in entry.get("shards", []))
-  names.update(manifest.get("errors", {}).get("files", []))
-  return sorted(names)
+    listed = manifest["files"]
+    if not isinstance(listed, list):
+      raise paths.UnsafeName(f"'files' is {type(listed).__name__}, not a list of file names")
+  else:
+    listed = [LABEL_MAP]
+    for entry in manifest.get("splits", {}).values():
+      listed.extend(s["path"] for s in entry.get("shards", []))
+    listed.extend(manifest.get("errors", {}).get("files", []))
+  return sorted({paths.plain_name(name) for name in listed} | {MANIFEST})
 
 
 def name_inside(path: str, output: str) -> Optional[str]:
@@ -154,7 +161,12 @@ def check_ownership(output: str, overwrite: bool, inputs: Iterable[str],
     if not isinstance(previous, dict) or previous.get("tool") != "beam-tfrecord":
       raise UsageError(f"{output}/{MANIFEST} was not written by beam-tfrecord; refusing to "
                        "replace that directory")
-  owned = set(files_of(previous)) if previous else set()
+  try:
+    owned = set(files_of(previous)) if previous else set()
+  except (paths.UnsafeName, TypeError, AttributeError, KeyError) as e:
+    raise UsageError(f"{output}/{MANIFEST} does not list its files as plain names inside "
+                     f"the output ({type(e).__name__}: {e}); refusing to replace that "
+                     "directory. Nothing was deleted") from None
   input_names = {n for n in (name_inside(i, output) for i in inputs) if n}
   clash = sorted(input_names & (owned | set(writes)))
   if clash:
@@ -179,7 +191,7 @@ def remove_leftovers(output: str, keep: Sequence[str] = ()) -> None:
   files. Called with the output lock held, so none of them belongs to a live run."""
   for name in entries(output):
     if name.startswith(OWN_PREFIX) and name not in (LOCK, JOURNAL) and name not in keep:
-      _delete_tree(paths.join(output, name))
+      _delete_tree(paths.child(output, name))
 
 
 def _delete_tree(uri: str) -> None:
@@ -204,9 +216,10 @@ def _match_all(prefix: str) -> List[str]:
     return []
 
 
-def _delete_files(uris: Iterable[str]) -> None:
+def _delete_files(directory: str, names: Iterable[str]) -> None:
+  """Delete the files directory/name that exist; each name is checked (paths.child)."""
   from apache_beam.io.filesystems import FileSystems
-  present = [u for u in uris if FileSystems.exists(u)]
+  present = [u for u in (paths.child(directory, n) for n in names) if FileSystems.exists(u)]
   if present:
     FileSystems.delete(present)
 
@@ -226,35 +239,52 @@ def commit(output: str, run_directory: str, manifest: Dict,
   old = [f for f in (files_of(previous) if previous else []) if f not in set(protected)]
   journal = {"run_id": manifest["run_id"], "run_dir": _basename(run_directory),
              "files": files_of(manifest), "old_files": old}
-  write_atomic(paths.join(output, JOURNAL), json.dumps(journal, indent=1).encode())
+  check_journal(journal)
+  write_atomic(output, JOURNAL, json.dumps(journal, indent=1).encode())
   kill_point("swap-journal")
   _roll_forward(output, journal)
 
 
+def check_journal(journal: object) -> None:
+  """UsageError unless a swap journal names a run directory of ours and only plain file names:
+  it is read back from the output (recover), where anyone can edit it."""
+  try:
+    if not isinstance(journal, dict):
+      raise paths.UnsafeName("it is not a JSON object")
+    if not paths.plain_name(journal.get("run_dir")).startswith(RUN_PREFIX):
+      raise paths.UnsafeName(f"run_dir {journal['run_dir']!r} is not a run directory")
+    for key in ("files", "old_files"):
+      if not isinstance(journal.get(key), list):
+        raise paths.UnsafeName(f"{key!r} is not a list of file names")
+      for name in journal[key]:
+        paths.plain_name(name)
+  except paths.UnsafeName as e:
+    raise UsageError(f"the swap journal {JOURNAL} is not one this tool wrote ({e}); nothing "
+                     "was deleted or moved") from None
+
+
 def _roll_forward(output: str, journal: Dict) -> None:
-  """Idempotent: each step checks what is already done, so a repeat after a kill finishes."""
+  """Idempotent: each step checks what is already done, so a repeat after a kill finishes.
+  Every name is checked before the first step (check_journal) and again where it is used."""
   from apache_beam.io.filesystems import FileSystems
-  run_directory = paths.join(output, journal["run_dir"])
+  check_journal(journal)
+  run_directory = paths.child(output, journal["run_dir"])
   new_files = [f for f in journal["files"] if f != MANIFEST]
-  if FileSystems.exists(paths.join(run_directory, MANIFEST)):
-    _delete_files([paths.join(output, MANIFEST)])
+  if FileSystems.exists(paths.child(run_directory, MANIFEST)):
+    _delete_files(output, [MANIFEST])
     kill_point("swap-old-manifest")
-    _delete_files(paths.join(output, f) for f in journal["old_files"]
-                  if f not in journal["files"])
+    _delete_files(output, [f for f in journal["old_files"] if f not in journal["files"]])
     kill_point("swap-old-files")
     for i, name in enumerate(new_files):
-      src = paths.join(run_directory, name)
+      src = paths.child(run_directory, name)
       if FileSystems.exists(src):
-        dst = paths.join(output, name)
-        if not paths.is_remote(dst):
-          os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
-        FileSystems.rename([src], [dst])
+        FileSystems.rename([src], [paths.child(output, name)])
       if i == 0:
         kill_point("swap-move")
-    FileSystems.rename([paths.join(run_directory, MANIFEST)], [paths.join(output, MANIFEST)])
+    FileSystems.rename([paths.child(run_directory, MANIFEST)], [paths.child(output, MANIFEST)])
     kill_point("swap-manifest")
   _delete_tree(run_directory)
-  _delete_files([paths.join(output, JOURNAL)])
+  _delete_files(output, [JOURNAL])
 
 
 def recover(output: str) -> Optional[str]:
@@ -276,6 +306,8 @@ def pending_swap(output: str) -> Optional[Dict]:
 
 def summary(manifest: Dict, output: str, seconds: Optional[float] = None) -> str:
   totals, errors = manifest["totals"], manifest["errors"]
+  # errors.count counts every report; a warning's image was converted all the same
+  warnings = (errors.get("by_level") or {}).get("warning", 0)
   # a schema writing one record per object (or none for some images): say records, not images
   per_image = totals.get("images", totals["examples"]) == totals["examples"]
   count = "images" if per_image else "records"
@@ -289,10 +321,12 @@ def summary(manifest: Dict, output: str, seconds: Optional[float] = None) -> str
   lines.append(f"  {written}, objects {totals['objects']}, classes "
                f"{len(manifest['label_map'])}, shards "
                f"{sum(e['num_shards'] for e in manifest['splits'].values())}, clipped boxes "
-               f"{totals['clipped_boxes']}, errors {errors['count']}"
+               f"{totals['clipped_boxes']}, errors {errors['count'] - warnings}"
+               + (f", warnings {warnings}" if warnings else "")
                + (f", {seconds:.1f} s" if seconds is not None else ""))
   if errors["count"]:
     reasons = ", ".join(f"{k} {v}" for k, v in errors["by_reason"].items())
-    lines.append(f"  errors by reason: {reasons} (details in "
+    kinds = "errors and warnings" if warnings else "errors"
+    lines.append(f"  {kinds} by reason: {reasons} (details in "
                  f"{', '.join(errors['files']) or 'errors-*.jsonl'})")
   return "\n".join(lines)

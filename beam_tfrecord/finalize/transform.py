@@ -17,8 +17,9 @@ from beam_tfrecord.config import ConvertConfig, input_paths
 from beam_tfrecord.finalize import card
 from beam_tfrecord.finalize import lock as locks
 from beam_tfrecord.finalize import output as outputs
-from beam_tfrecord.finalize.manifest import (error_rate, lost_records,
-                                             outcome_of, split_entries)
+from beam_tfrecord.finalize.manifest import (empty_splits, error_rate,
+                                             lost_records, outcome_of,
+                                             split_entries)
 from beam_tfrecord.prepare import label_map as label_maps
 from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.storage import paths
@@ -33,9 +34,10 @@ class Finalize(beam.DoFn):
   run then replaces the output (output.commit), a failed one stays there as its report."""
 
   def __init__(self, config: ConvertConfig, argv: Sequence[str], run_directory: str,
-               run_id: str):
+               run_id: str, declared: Sequence[str] = ()):
     self.config, self.argv = config, list(argv)
     self.run_directory, self.run_id = run_directory, run_id
+    self.declared = sorted(declared)  # splits that must not end empty (source, --split)
 
   def process(self, _, stats, error_counts, label_map, error_files, beam_files, plan):
     from apache_beam.io.filesystems import FileSystems
@@ -43,11 +45,11 @@ class Finalize(beam.DoFn):
     if not FileSystems.exists(run_directory) and not paths.is_remote(run_directory):
       FileSystems.mkdirs(run_directory)  # nothing was written: no image, no error
     _name_shards(run_directory, stats)
-    outputs.write_atomic(paths.join(run_directory, LABEL_MAP),
+    outputs.write_atomic(run_directory, LABEL_MAP,
                          label_maps.to_text(label_map).encode())
     schema = schemas.from_options(self.config.encode_options())
-    if schema.first_id == 0:
-      outputs.write_atomic(paths.join(run_directory, LABELS_TXT),
+    if self.config.first_id() == 0:  # ids from 0: labels.txt lines are ids
+      outputs.write_atomic(run_directory, LABELS_TXT,
                            label_maps.to_lines(label_map).encode())
     splits = split_entries(stats, beam_files)
     totals = {k: sum(e[k] for e in splits.values())
@@ -57,7 +59,8 @@ class Finalize(beam.DoFn):
     levels = {k[6:]: v for k, v in sorted(error_counts.items()) if k.startswith("level:")}
     rate = error_rate(totals["images"], levels)  # per image: records may be several or none
     outcome, status = outcome_of(totals, levels, rate, self.config.max_error_rate,
-                                 lost_records(plan.splits, stats))
+                                 lost_records(plan.splits, stats),
+                                 empty_splits(self.declared, splits), reasons)
     if outcome == "ok" and not locks.held_by(self.config.output, self.run_id):
       outcome, status = "lock_lost", ("failed: another run took over the output lock "
                                       "(--break-lock) while this one ran")
@@ -85,9 +88,9 @@ class Finalize(beam.DoFn):
                    "files": sorted(posixpath.basename(f.replace("\\", "/")) for f in error_files)},
         "files": files,
     }
-    outputs.write_atomic(paths.join(run_directory, card.NAME),
+    outputs.write_atomic(run_directory, card.NAME,
                          card.render(manifest).encode("utf-8"))
-    outputs.write_atomic(paths.join(run_directory, MANIFEST),
+    outputs.write_atomic(run_directory, MANIFEST,
                          json.dumps(manifest, indent=2, ensure_ascii=False).encode("utf-8"))
     outputs.kill_point("finalize")
     if outcome == "ok":
@@ -109,7 +112,9 @@ def _name_shards(run_directory: str, stats: Sequence[Dict]) -> None:
   finals = [s["path"] for s in shards]
   if len(set(finals)) != len(finals):  # a {count} made two names equal: move nothing
     raise RuntimeError(f"shard names clash after writing: {sorted(finals)}")
-  moves = [(paths.join(run_directory, s["staged"]), paths.join(run_directory, s["path"]))
+  # names checked here too (paths.child), not only where the template was checked: a rename
+  # to a name with a separator would leave the run directory
+  moves = [(paths.child(run_directory, s["staged"]), paths.child(run_directory, s["path"]))
            for s in shards if s.get("staged")]
   moves = [(src, dst) for src, dst in moves if FileSystems.exists(src)]
   taken = {src for src, _ in moves} & {dst for _, dst in moves}

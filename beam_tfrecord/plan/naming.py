@@ -8,6 +8,7 @@ from typing import Dict, Optional, Sequence, Set, Tuple
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.finalize import card, output
 from beam_tfrecord.plan.shard_plan import SplitPlan
+from beam_tfrecord.storage import paths
 
 
 def shard_name(split: str, index: int, num_shards: int, suffix: str = ".tfrecord") -> str:
@@ -26,7 +27,13 @@ def template_fields(template: str) -> Set[str]:
   except ValueError as e:
     raise UsageError(f"--shard-name-template {template!r}: {e}") from None
   fields = set()
-  for _, field, spec, conversion in parsed:
+  for literal, field, spec, conversion in parsed:
+    # a separator in the text or in a format spec (a fill character: '{split:/>5}' pads 'val'
+    # to '//val', not 'train') would reach some names and not others: refused whatever the
+    # splits, which may be known only once the data is read (split names have none)
+    if any(c in (literal or "") + (spec or "") for c in "/\\\x00"):
+      raise UsageError(f"--shard-name-template {template!r} must give plain file names: no "
+                       "'/' or '\\' anywhere in it, fill characters included")
     if field is None:
       continue
     if field not in TEMPLATE_FIELDS:
@@ -35,18 +42,26 @@ def template_fields(template: str) -> Set[str]:
     fields.add(field)
   try:
     sample = format_shard_name(template, "train", 1, 2, 3)
-  except (ValueError, TypeError) as e:
-    raise UsageError(f"--shard-name-template {template!r}: {e}") from None
-  if "/" in sample or "\\" in sample or sample.startswith(".") or not sample.strip():
+  except paths.UnsafeName:
     raise UsageError(f"--shard-name-template {template!r} must give plain file names (no "
                      "directories, not starting with '.'), e.g. "
-                     f"{DEFAULT_SHARD_NAME_TEMPLATE!r}")
+                     f"{DEFAULT_SHARD_NAME_TEMPLATE!r}") from None
+  except (ValueError, TypeError) as e:
+    raise UsageError(f"--shard-name-template {template!r}: {e}") from None
+  if not sample.strip():
+    raise UsageError(f"--shard-name-template {template!r} gives a blank file name")
   return fields
 
 
 def format_shard_name(template: str, split: str, index: int, num_shards: int,
                       count: int) -> str:
-  return template.format(split=split, index=index, num_shards=num_shards, count=count)
+  """One shard's file name; paths.UnsafeName (a ValueError) unless it is a plain name directly
+  inside the output that does not start with '.' (the tool's own hidden names). Checked for
+  every name formatted, not one sample: a fill or a split name changes what one gives."""
+  name = template.format(split=split, index=index, num_shards=num_shards, count=count)
+  if paths.plain_name(name).startswith("."):
+    raise paths.UnsafeName(f"{name!r} starts with '.', as the tool's hidden files do")
+  return name
 
 
 def check_template(template: str, splits: Optional[Set[str]], num_shards: Optional[int]) -> None:
@@ -77,11 +92,23 @@ def reserved(name: str) -> bool:
 def check_names(template: str, splits: Optional[Set[str]], num_shards: Optional[int]) -> None:
   """Build-time check by enumeration, when the splits and --num-shards are known and the
   template has no {count}: UsageError when two shards could get one name (a split gets at
-  most --num-shards shards, fewer when it has fewer images) or a shard a reserved name.
-  Otherwise the plan step checks the real names before anything is written (shard_names)."""
+  most --num-shards shards, fewer when it has fewer images), a shard a reserved name, or a
+  name is not a plain file name (format_shard_name; every split is tried even when the shard
+  counts are not known). Otherwise the plan step checks the real names before anything is
+  written (shard_names)."""
   fields = template_fields(template)
-  if not splits or not num_shards or "count" in fields or num_shards > MAX_ENUMERATED_SHARDS:
-    return
+  try:
+    for split in sorted(splits or ()):  # a fill pads short split names only: each is tried
+      format_shard_name(template, split, 1, 2, 3)
+    if not splits or not num_shards or "count" in fields or num_shards > MAX_ENUMERATED_SHARDS:
+      return
+    _check_names(template, fields, splits, num_shards)
+  except paths.UnsafeName as e:
+    raise UsageError(f"--shard-name-template {template!r} gives a name that is not a plain "
+                     f"file name in the output: {e}") from None
+
+
+def _check_names(template: str, fields: Set[str], splits: Set[str], num_shards: int) -> None:
   owners: Dict[str, str] = {}
   for split in sorted(splits):
     mine: Set[str] = set()
@@ -113,8 +140,13 @@ def shard_names(plans: Sequence[SplitPlan], template: str) -> Dict[Tuple[str, in
   clashes = []
   for plan in sorted(plans, key=lambda p: p.split):
     for index in range(plan.num_shards):
-      name = format_shard_name(template, plan.split, index, plan.num_shards,
-                               plan.records[index] if plan.records else 0)
+      try:
+        name = format_shard_name(template, plan.split, index, plan.num_shards,
+                                 plan.records[index] if plan.records else 0)
+      except paths.UnsafeName as e:
+        raise ValueError(f"--shard-name-template {template!r} gives shard "
+                         f"{(plan.split, index)} a name that is not a plain file name in the "
+                         f"output ({e}); nothing was written") from None
       if reserved(name):
         clashes.append(f"{name!r} for shard {(plan.split, index)}, a file of the run's own")
       if name in owners:

@@ -10,9 +10,9 @@ import dataclasses
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from beam_tfrecord.records.model import ErrorRecord
+
 DEFAULT_SHARD_SIZE_MB = 150.0
-
-
 
 
 def num_shards_for(count: int, total_bytes: int, num_shards: Optional[int],
@@ -102,43 +102,68 @@ PlanEntry = Tuple[str, str, str, str, int, int, int]
 class ShardPlan:
   """The plan of a whole run: per split, and where each file annotated twice is written.
 
-  duplicates: {uri: (split, key)} of the annotation that wins for a file annotated more than
-  once; the others are routed to the same shard, where the writer reports them.
+  An image is a (file, split): a file the source puts in two splits is written to each
+  (overlaps, one warning per file); annotated twice in one split, it is written once.
+  duplicates: {(uri, split): (split, key)} of the annotation that wins for a file annotated
+  more than once in a split; the others are routed to the same shard, where the writer
+  reports them.
+  overlaps: {uri: ((split, source, key), ...)} of each file in more than one split.
   """
   splits: Dict[str, SplitPlan]
-  duplicates: Dict[str, Tuple[str, str]]
+  duplicates: Dict[Tuple[str, str], Tuple[str, str]]
+  overlaps: Dict[str, Tuple[Tuple[str, str, str], ...]] = dataclasses.field(default_factory=dict)
 
   def route(self, split: str, key: str, uri: str) -> Tuple[str, int]:
     """(split, shard) whose writer sees this annotation."""
-    split, key = self.duplicates.get(uri, (split, key))
+    split, key = self.duplicates.get((uri, split), (split, key))
     return split, self.splits[split].shard_of((key, uri))
 
 
-def add_plan_entry(acc: Dict[str, PlanEntry], uri: str, entry: PlanEntry) -> Dict[str, PlanEntry]:
-  """Fold one annotation of `uri` into {uri: winning entry} (the smallest, with a count)."""
-  old = acc.get(uri)
+# The accumulator of the plan: {(uri, split): winning entry}.
+PlanEntries = Dict[Tuple[str, str], PlanEntry]
+
+
+def add_plan_entry(acc: PlanEntries, uri: str, entry: PlanEntry) -> PlanEntries:
+  """Fold one annotation of `uri` into {(uri, split): winning entry} (the smallest, with a
+  count): the same file in two splits is two images, twice in one split one image."""
+  ident = (uri, entry[2])
+  old = acc.get(ident)
   if old is None:
-    acc[uri] = entry
+    acc[ident] = entry
   else:
     best = old if old[:4] <= entry[:4] else entry
-    acc[uri] = best[:5] + (old[5] + entry[5],) + best[6:]
+    acc[ident] = best[:5] + (old[5] + entry[5],) + best[6:]
   return acc
 
 
-def make_plan(entries: Mapping[str, PlanEntry], num_shards: Optional[int],
+def make_plan(entries: PlanEntries, num_shards: Optional[int],
               shard_size_mb: Optional[float],
               records_per_shard: Optional[int] = None) -> ShardPlan:
   """Rank the winning (key, uri) of each split into shards (plan_split)."""
   by_split: Dict[str, List[Tuple[Tuple[str, str], int, int]]] = {}
-  duplicates: Dict[str, Tuple[str, str]] = {}
-  for uri, (_, _, split, key, size, copies, records) in entries.items():
+  duplicates: Dict[Tuple[str, str], Tuple[str, str]] = {}
+  in_splits: Dict[str, List[Tuple[str, str, str]]] = {}
+  for (uri, split), (source, _, _, key, size, copies, records) in entries.items():
     by_split.setdefault(split, []).append(((key, uri), size, records))
     if copies > 1:
-      duplicates[uri] = (split, key)
+      duplicates[(uri, split)] = (split, key)
+    in_splits.setdefault(uri, []).append((split, source, key))
   return ShardPlan(
       splits={split: plan_split(split, items, num_shards, shard_size_mb, records_per_shard)
               for split, items in sorted(by_split.items())},
-      duplicates=duplicates)
+      duplicates=duplicates,
+      overlaps={uri: tuple(sorted(where)) for uri, where in sorted(in_splits.items())
+                if len(where) > 1})
+
+
+def overlap_warnings(plan: ShardPlan) -> List[ErrorRecord]:
+  """One warning per file that the source puts in several splits (written to each, as the
+  source asks: Ultralytics' coco128.yaml names one folder for train and val)."""
+  return [ErrorRecord(
+      source=where[0][1], stage="parse", reason="in_two_splits", key=where[0][2],
+      level="warning", message=f"{uri} is in splits {', '.join(s for s, _, _ in where)}: "
+      "written to each, as the source lists it (an evaluation on one of them sees images "
+      "the model trained on)") for uri, where in sorted(plan.overlaps.items())]
 
 
 def shard_lengths(count: int, num_shards: int) -> List[int]:

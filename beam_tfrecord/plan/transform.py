@@ -1,7 +1,7 @@
 """PlanShards: the run's ShardPlan (plan/shard_plan.py), computed once from every image."""
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Optional
 
 import apache_beam as beam
 
@@ -11,7 +11,7 @@ from beam_tfrecord.records import packed
 
 
 class _PlanFn(beam.CombineFn):
-  """packed.Packed -> shard_plan.ShardPlan, combined ({uri: winner}) rather than gathered:
+  """packed.Packed -> shard_plan.ShardPlan, combined ({(uri, split): winner}) rather than gathered:
   the runner lifts the combine before its shuffle, so one accumulator per bundle crosses it.
   Each image's planned records (the schema's) are what --records-per-shard counts."""
 
@@ -20,7 +20,7 @@ class _PlanFn(beam.CombineFn):
     self.num_shards, self.shard_size_mb = num_shards, shard_size_mb
     self.records_per_shard = records_per_shard
 
-  def create_accumulator(self) -> Dict[str, shard_plan.PlanEntry]:
+  def create_accumulator(self) -> shard_plan.PlanEntries:
     return {}
 
   def add_input(self, acc, image: packed.Packed):
@@ -30,7 +30,7 @@ class _PlanFn(beam.CombineFn):
     accs = iter(accs)
     merged = next(accs)
     for acc in accs:
-      for uri, entry in acc.items():
+      for (uri, _), entry in acc.items():
         shard_plan.add_plan_entry(merged, uri, entry)
     return merged
 

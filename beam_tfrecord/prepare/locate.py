@@ -1,7 +1,7 @@
 """PrepareImages: every image located (file size) and given its split; duplicates dropped."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
@@ -55,8 +55,8 @@ def _locate_batch(batch: Sequence[ImageAnnotation], fractions: Optional[Mapping[
     yield from _locate_and_assign(ann, fractions, size)
 
 
-def _first_of_duplicates(uri: str, anns: Iterable[ImageAnnotation]):
-  kept, errors = pick_one(uri, anns)
+def _first_of_duplicates(ident: Tuple[str, str], anns: Iterable[ImageAnnotation]):
+  kept, errors = pick_one(ident[0], anns)
   for error in errors:
     yield beam.pvalue.TaggedOutput("errors", error)
   yield kept
@@ -66,9 +66,10 @@ class PrepareImages(beam.PTransform):
   """PCollection[ImageAnnotation] -> (located, split-assigned images, errors).
 
   In: images straight from a source. Out: every image with a split and a file size; images
-  whose file is missing become ErrorRecords. With dedupe, a file annotated twice keeps one
-  annotation here (a shuffle by file); the shard writer does the same inside its own grouping
-  instead (shard_plan.ShardPlan.duplicates), which saves that shuffle.
+  whose file is missing become ErrorRecords. With dedupe, a file annotated twice in one split
+  keeps one annotation here (a shuffle by file and split: a file in two splits is written to
+  each); the shard writer does the same inside its own grouping instead
+  (shard_plan.ShardPlan.duplicates), which saves that shuffle.
   """
 
   def __init__(self, fractions: Optional[Mapping[str, float]], dedupe: bool = True,
@@ -90,7 +91,7 @@ class PrepareImages(beam.PTransform):
     if not self.dedupe:
       return located.images, located.errors
     unique = (located.images
-              | "ByFile" >> beam.Map(lambda a: (a.uri, a))
+              | "ByFile" >> beam.Map(lambda a: ((a.uri, a.split), a))
               | "GroupByFile" >> beam.GroupByKey()
               | "Dedupe" >> beam.FlatMapTuple(_first_of_duplicates).with_outputs(
                   "errors", main="images"))

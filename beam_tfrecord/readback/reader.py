@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from beam_tfrecord.finalize import output as outputs
+from beam_tfrecord.readback import views
 from beam_tfrecord.storage import paths
 
 
@@ -19,7 +19,7 @@ def feature_description(manifest: Dict) -> Dict:
 
 
 def shard_files(output: str, split: str, manifest: Optional[Dict] = None):
-  manifest = manifest or outputs.read_manifest(output)
+  manifest = manifest or views.read_manifest(output)
   return [paths.join(output, s["path"]) for s in manifest["splits"][split]["shards"]]
 
 
@@ -30,7 +30,7 @@ def load(output: str, split: str = "train", dense: bool = True):
   1-D tensors, so `example['image/object/bbox/xmin']` is a plain vector.
   """
   import tensorflow as tf
-  manifest = outputs.read_manifest(output)
+  manifest = views.read_manifest(output)
   if split not in manifest["splits"]:
     raise KeyError(f"split {split!r} not in {output}; it has {sorted(manifest['splits'])}")
   spec = feature_description(manifest)

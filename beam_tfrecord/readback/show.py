@@ -189,8 +189,7 @@ def sample(output: str, manifest: Mapping, split: str, n: int, seed: int) -> Lis
 def show(output: str, split: Optional[str] = None, n: int = 16, seed: int = 0,
          tile: int = TILE) -> Image.Image:
   """A PIL image of n examples of one split (default: train, else the first split)."""
-  from beam_tfrecord.finalize import output as outputs
-  manifest = outputs.read_manifest(output)
+  manifest = views.read_manifest(output)
   split = split or card.default_split(manifest)
   items = sample(output, manifest, split, n, seed)
   total = manifest["splits"][split].get("examples")

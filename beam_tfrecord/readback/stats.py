@@ -185,12 +185,17 @@ def inspect_command(output: str, as_json: bool = False, plot_path: Optional[str]
             "pip install 'beam-tfrecord[plots]'", file=sys.stderr)
       return errors.EXIT_USAGE
   try:
-    manifest = outputs.read_manifest(output)
+    manifest = views.read_manifest(output)
+  except outputs.IncompleteOutput as e:  # one line naming verify --repair, exit 2
+    raise errors.UsageError(str(e)) from None
   except OSError as e:
     print(f"beam-tfrecord: {output} has no readable manifest.json ({e}); is it a finished "
           "beam-tfrecord output?", file=sys.stderr)
     return errors.EXIT_USAGE
-  records, objects = frames(output, manifest)
+  try:
+    records, objects = frames(output, manifest)
+  except (KeyError, ValueError) as e:  # a schema or split this tool cannot read back
+    raise errors.UsageError(f"{output}: {e.args[0] if e.args else e}") from None
   stats = compute(manifest, records, objects)
   stats["output"] = output
   if as_json:

@@ -75,17 +75,33 @@ def _check_shard(uri: str, name: str, spec: Dict, expected: Optional[int]) -> Tu
   return count, problems
 
 
-def check(output: str, repair: bool = False) -> Tuple[int, List[str], List[str]]:
+def repair_output(output: str, break_lock: bool = False) -> Optional[str]:
+  """Complete an interrupted replacement with the output's lock held, as a run would: never
+  under a live run's feet, and a dead run's lock is taken over and released (not left
+  behind). What was done, or None. Raises lock.OutputLocked / lock.LockNotWritten."""
+  import uuid
+
+  from beam_tfrecord.finalize import lock as locks
+  if not files.is_dir(output):
+    return None  # nothing to repair, nowhere to lock
+  with locks.OutputLock(output, f"verify-{uuid.uuid4().hex}", break_lock):
+    return outputs.recover(output)
+
+
+def check(output: str, repair: bool = False, break_lock: bool = False
+          ) -> Tuple[int, List[str], List[str]]:
   """(records parsed, problems, notes). No problems means the output is sound."""
   from beam_tfrecord.prepare import label_map as label_maps
   from beam_tfrecord.readback import reader
   notes: List[str] = []
+  if repair:
+    done = repair_output(output, break_lock)
+    if done:
+      notes.append(done)
   journal = outputs.pending_swap(output)
   if journal is not None:
-    if not repair:
-      return 0, [f"{output}: a run ({journal['run_id']}) was interrupted while replacing the "
-                 "output; `beam-tfrecord verify --repair` completes it"], notes
-    notes.append(outputs.recover(output))
+    return 0, [f"{output}: a run ({journal['run_id']}) was interrupted while replacing the "
+               "output; `beam-tfrecord verify --repair` completes it"], notes
   try:
     manifest = outputs.read_json(paths.join(output, outputs.MANIFEST))
   except Exception as e:
@@ -95,7 +111,12 @@ def check(output: str, repair: bool = False) -> Tuple[int, List[str], List[str]]
   problems: List[str] = []
   if manifest.get("status") != "ok":
     problems.append(f"{outputs.MANIFEST}: status is {manifest.get('status')!r}, not 'ok'")
-  listed = set(outputs.files_of(manifest))
+  try:
+    listed = set(outputs.files_of(manifest))
+  except (paths.UnsafeName, TypeError, AttributeError, KeyError) as e:
+    # names outside the output: nothing to check there, and nothing --overwrite would replace
+    return 0, problems + [f"{outputs.MANIFEST}: does not list its files as plain names inside "
+                          f"the output ({type(e).__name__}: {e})"], notes
   present = set(outputs.entries(output))
   for name in sorted(listed - present):
     problems.append(f"{name}: listed in the manifest, missing")
@@ -113,9 +134,11 @@ def check(output: str, repair: bool = False) -> Tuple[int, List[str], List[str]]
                       f"{sum(listed_examples)}")
     for shard in entry["shards"]:
       name = shard["path"]
-      uri = paths.join(output, name)
-      if name not in present:
+      if name not in present:  # listing names only: so never a path outside the output
+        if name not in listed:
+          problems.append(f"{name!r}: a shard of split {split} the manifest's files omit")
         continue
+      uri = paths.child(output, name)
       size = paths.size_of(uri)
       if shard.get("bytes") is not None and size != shard["bytes"]:
         problems.append(f"{name}: manifest says {shard['bytes']} bytes, the file has {size}")
@@ -135,9 +158,17 @@ def check(output: str, repair: bool = False) -> Tuple[int, List[str], List[str]]
   return total, problems, notes
 
 
-def run(output: str, repair: bool = False) -> int:
-  """Print one line per problem and a verdict; 0 when sound, 1 otherwise."""
-  total, problems, notes = check(output, repair)
+def run(output: str, repair: bool = False, break_lock: bool = False) -> int:
+  """Print one line per problem and a verdict; 0 when sound, 1 otherwise (also when --repair
+  cannot write the output's lock: one line)."""
+  import sys
+
+  from beam_tfrecord.finalize import lock as locks
+  try:
+    total, problems, notes = check(output, repair, break_lock)
+  except locks.LockNotWritten as e:
+    print(f"beam-tfrecord: {output}: {e}", file=sys.stderr)
+    return 1
   for note in notes:
     print(f"verify: {note}")
   for problem in problems:

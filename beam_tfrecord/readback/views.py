@@ -62,11 +62,17 @@ VIEWS: Dict[str, View] = {v.schema: v for v in (
 
 
 def renames(manifest: Mapping) -> Dict[str, str]:
-  """{schema key: key written} from the manifest's `feature_names` (a dict or OLD=NEW list)."""
-  given = manifest.get("feature_names") or {}
+  """{schema key: key written}: the manifest's `feature_names` (a dict or an OLD=NEW list),
+  else the run's --feature-names as its config records it ('OLD=NEW,...', what the pipeline
+  writes)."""
+  given = manifest.get("feature_names") or (manifest.get("config") or {}).get(
+      "feature_names") or {}
   if isinstance(given, Mapping):
     return {str(k): str(v) for k, v in given.items()}
-  return dict(item.split("=", 1) for item in given if "=" in item)
+  if isinstance(given, str):
+    given = given.split(",")
+  pairs = (str(item).split("=", 1) for item in given if "=" in str(item))
+  return {old.strip(): new.strip() for old, new in pairs}
 
 
 def resolve(manifest: Mapping) -> View:
@@ -120,6 +126,18 @@ def parse(serialized: bytes) -> Dict[str, list]:
     kind = feature.WhichOneof("kind")
     result[key] = list(getattr(feature, kind).value) if kind else []
   return result
+
+
+def read_manifest(output: str) -> Dict:
+  """The manifest of an output to read back. finalize.output.IncompleteOutput (naming
+  `verify --repair`) while a killed run's replacement is pending: its manifest may be the old
+  one over a mix of old and new shards, or missing."""
+  from beam_tfrecord.finalize import output as outputs
+  if files.exists(paths.join(output, outputs.JOURNAL), strict=True):
+    raise outputs.IncompleteOutput(
+        f"{output}: a run was interrupted while replacing the output; run `beam-tfrecord "
+        f"verify --repair {output}` (or the next convert) to complete it")
+  return outputs.read_manifest(output)
 
 
 def shard_paths(output: str, manifest: Mapping, split: str) -> List[Tuple[str, Optional[int]]]:

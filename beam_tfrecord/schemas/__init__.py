@@ -6,6 +6,7 @@ A schema module provides:
   FEATURE_SPEC   {key: (dtype, kind)}, kind "fixed" (one value per record) or "var" (a list);
                  recorded in manifest.json `features`, from which reader.load parses
   FIRST_ID       the id of the first class when ids are numbered from sorted names
+  FIRST_ID_IMAGE_LEVEL  (optional) FIRST_ID for image-level sources (class folders, listings)
   IMAGE_LEVEL    True when the schema wants one class per image (classification)
   encode(ann, image, label_map, bbox_policy, **options) -> Encoded, a LIST of records: a
                  per-object schema returns one per object, a per-image schema one (or none to
@@ -74,6 +75,12 @@ class Schema:
   def first_id(self) -> int:
     return getattr(self.module, "FIRST_ID", 1)
 
+  def first_id_for(self, image_level_source: bool) -> int:
+    """The first id for a source that labels whole images (True) or boxes (False)."""
+    if image_level_source:
+      return getattr(self.module, "FIRST_ID_IMAGE_LEVEL", self.first_id)
+    return self.first_id
+
   @property
   def image_level(self) -> bool:
     return getattr(self.module, "IMAGE_LEVEL", False)
@@ -126,11 +133,12 @@ def _configured(option: str, include_masks: bool, renames: Tuple) -> Schema:
 
 
 def first_id_of(name: Any) -> int:
-  """FIRST_ID of the schema a manifest names (its NAME); 1 for unknown or older manifests."""
+  """The lowest first id of the schema a manifest names (its NAME), whatever the source; 1
+  for unknown or older manifests."""
   for option in REGISTRY:
     try:
       if get(option).name == name:
-        return get(option).first_id
+        return min(get(option).first_id_for(False), get(option).first_id_for(True))
     except ImportError:  # a registered module that is not importable here
       continue
   return 1

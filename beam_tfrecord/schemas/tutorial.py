@@ -5,6 +5,9 @@ The tutorial (tensorflow.org/tutorials/load_data/tfrecord) writes the file's byt
 `depth` is what tf.io.decode_image reports for the bytes written (ImageInfo.channels, tested
 against TensorFlow). `label` is the label-map id of the image's class: an image is one class,
 so an image whose objects name none or several classes is rejected (image-level error).
+Classes numbered from sorted names start at 1 for box sources (ids shared with their label
+maps) but at 0 for image-level sources (class folders, listings), as the classification schema,
+Keras and the tutorial itself number them.
 Pure: no Beam, no TensorFlow.
 """
 from __future__ import annotations
@@ -17,6 +20,7 @@ from beam_tfrecord.write.images import PreparedImage
 
 NAME = "tutorial"
 FIRST_ID = 1
+FIRST_ID_IMAGE_LEVEL = 0  # class folders, listings: 0..N-1 (classification, Keras)
 IMAGE_LEVEL = True   # one class per image
 FEATURE_SPEC: base.Spec = {
     "height": ("int64", "fixed"),

@@ -13,6 +13,7 @@ from beam_tfrecord.storage import files, paths
 
 def check_file(uri: str, what: str) -> None:
   """The input is an existing, non-empty file."""
+  files.check_store(uri, what)
   if not paths.is_remote(uri):
     if os.path.isdir(uri):
       raise UsageError(f"{what} {uri} is a directory, not a file")
@@ -43,6 +44,7 @@ def sniff_text(data: bytes) -> Optional[str]:
 
 
 def check_directory(uri: str, what: str) -> None:
+  files.check_store(uri, what)
   if paths.is_remote(uri):
     return  # object stores have no directories to check; missing files are per-image errors
   if not os.path.exists(uri):

@@ -392,17 +392,30 @@ def check_input(uri: str) -> None:
                      + (f": {_FORMAT_HINT[kind]}" if kind in _FORMAT_HINT else ""))
   try:
     with FileSystems.open(uri, compression_type="uncompressed") as f:
-      events = ijson.parse(f, use_float=True)
-      first = next(events)[1]
+      # ijson's flat events, as stream_sections: ijson.parse's prefixes ('info.item.item...')
+      # for each event of a 64 kB buffer at once cost the square of the depth (20,000 '['
+      # took 1.2 GB, 200,000 were killed by the OOM killer)
+      events = ijson.basic_parse(f, use_float=True)
+      first = next(events)[0]
       if first != "start_map":
-        raise UsageError(f"--input {uri} is a JSON {first[6:]}, not a COCO object with "
-                         "`images`, `annotations` and `categories`")
-      for prefix, event, _ in events:
-        if prefix == "images":
-          if event == "start_array" and next(events)[1] == "end_array":
+        raise UsageError(f"--input {uri} is a JSON {first.replace('start_', '')}, not a COCO "
+                         "object with `images`, `annotations` and `categories`")
+      depth, key = 1, None
+      for event, value in events:
+        if depth == 1 and event == "map_key":
+          key = value
+          continue
+        if depth == 1 and key == "images":
+          if event == "start_array" and next(events)[0] == "end_array":
             raise UsageError(f"--input {uri}: the `images` array is empty: no images to "
                              "convert")
           return  # images found (or of a wrong type, which the pipeline reports)
+        if event in ("start_map", "start_array"):
+          depth += 1
+          if depth > MAX_DEPTH:
+            return  # too deep: the pipeline reports it (too_deep)
+        elif event in ("end_map", "end_array"):
+          depth -= 1
   except UsageError:
     raise
   except Exception:
@@ -443,7 +456,8 @@ class _ParseSection(beam.DoFn):
       parsed = parse(record)
     except InputError as e:
       level = {"images": "image", "annotations": "object"}.get(section, "file")
-      yield beam.pvalue.TaggedOutput("errors", e.record(f"{uri}#{section}[{index}]", level=level))
+      yield beam.pvalue.TaggedOutput("errors", e.record(
+          f"{uri}#{section}[{index}]", _best_key(uri, record), level=level))
       return
     if section == "images":
       image_id, file_name, width, height = parsed
@@ -461,8 +475,8 @@ class _ParseSection(beam.DoFn):
     elif parsed[0] == 0 and self.drop_background:
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
           source=f"{uri}#categories[{index}]", stage="parse", reason="background_category",
-          level="warning", message=f"category id 0 ({parsed[1]!r}) is used by no annotation "
-          "and id 0 means background in the TF OD API: dropped (Roboflow exports name the "
+          key=uri, level="warning", message=f"category id 0 ({parsed[1]!r}) is used by no "
+          "annotation and id 0 means background in the TF OD API: dropped (Roboflow exports name the "
           "dataset this way)"))
     else:
       yield beam.pvalue.TaggedOutput("categories", ((uri, parsed[0]), parsed[1]))
@@ -484,7 +498,7 @@ class _ParseSection(beam.DoFn):
           done += 1
       return
     except InputError as e:
-      yield beam.pvalue.TaggedOutput("errors", e.record(uri, level="file"))
+      yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level="file"))
       return
     except Exception as e:  # ijson's syntax errors, an unreadable file
       streaming_error = f"{type(e).__name__}: {e}"
@@ -496,7 +510,7 @@ class _ParseSection(beam.DoFn):
       rest = _entries_after(uri, section, done)
     except Exception as e:  # truly malformed: report, keep what was read
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-          source=uri, stage="parse", reason="malformed_json", level="file",
+          source=uri, stage="parse", reason="malformed_json", key=uri, level="file",
           message=f"{section} after entry {done}: {streaming_error}; {type(e).__name__}: {e}"))
       return
     for index, record in enumerate(rest, start=done):
@@ -635,12 +649,12 @@ class _JoinFile(_ParseSection):
         done[section] += 1
     except InputError as e:  # not an object, too deep
       for _ in SECTIONS:  # each section's task reports it
-        yield beam.pvalue.TaggedOutput("errors", e.record(uri, level="file"))
+        yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level="file"))
       return
     except Exception as e:  # ijson's syntax errors, an unreadable file
       streaming_error = f"{type(e).__name__}: {e}"
     for _, error in bad:  # a section that is not an array
-      yield beam.pvalue.TaggedOutput("errors", error.record(uri, level="file"))
+      yield beam.pvalue.TaggedOutput("errors", error.record(uri, uri, level="file"))
     for section in SECTIONS:
       if streaming_error is not None:
         if section not in dict(bad):
@@ -649,7 +663,14 @@ class _JoinFile(_ParseSection):
         continue
       error = None if section in found else missing_section(section)
       if error:
-        yield beam.pvalue.TaggedOutput("errors", error.record(uri, level="file"))
+        yield beam.pvalue.TaggedOutput("errors", error.record(uri, uri, level="file"))
+
+
+def _best_key(uri: str, entry: Any) -> str:
+  """The key of an error about one entry: an image entry's file_name when it has one, else the
+  annotation file (error records never go without a key)."""
+  name = entry.get("file_name") if isinstance(entry, dict) else None
+  return name if isinstance(name, str) and name else uri
 
 
 def _duplicate_category(element):
@@ -658,7 +679,8 @@ def _duplicate_category(element):
   (uri, category_id), names = element
   names = sorted(set(names))
   if len(names) > 1:
-    yield ErrorRecord(source=uri, stage="parse", reason="duplicate_category_id", level="file",
+    yield ErrorRecord(source=uri, stage="parse", reason="duplicate_category_id", key=uri,
+                      level="file",
                       message=f"category id {category_id} is named {names}; {names[0]!r} is used")
 
 
@@ -679,15 +701,16 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
     for index, *_ in sorted(objects, key=lambda o: o[0]):  # one record per lost object
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
           source=f"{uri}#annotations[{index}]", stage="parse", reason="unknown_image_id",
-          level="object", message=f"the annotation refers to image id {image_id}, which is "
-          "not in `images`"))
+          key=uri, level="object", message=f"the annotation refers to image id {image_id}, "
+          "which is not in `images`"))
     return
-  if len(images) > 1:
-    yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-        source=source, stage="parse", reason="duplicate_image_id", level="warning",
-        message=f"image id {image_id} appears {len(images)} times; the first is used"))
   split, image_root, file_name, width, height = (images[0] if len(images) == 1 else
                                                  min(images, key=repr))
+  if len(images) > 1:
+    yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+        source=source, stage="parse", reason="duplicate_image_id", key=str(file_name),
+        level="warning",
+        message=f"image id {image_id} appears {len(images)} times; the first is used"))
   try:
     key, image_uri, size = paths.resolve_sized(image_root, file_name, allow_absolute,
                                                follow_symlinks)

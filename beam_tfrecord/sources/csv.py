@@ -67,10 +67,12 @@ def _int(value: Any, field: str) -> Optional[int]:
   return int(number)
 
 
-def parse_row(row: Mapping[str, Any]) -> Tuple[str, Optional[int], Optional[int],
-                                               Union[ObjectAnnotation, str, None], Optional[str]]:
+def parse_row(row: Mapping[str, Any], normalized: bool = False
+              ) -> Tuple[str, Optional[int], Optional[int], Union[ObjectAnnotation, str, None],
+                         Optional[str]]:
   """(filename, width, height, object or None, split or None) of one row, keyed by field.
-  In a classification listing (a row read_rows marked LISTING) the object is the class name."""
+  In a classification listing (a row read_rows marked LISTING) the object is the class name.
+  `normalized` (--csv-normalized): the box is in fractions of the image size, not pixels."""
   filename = row.get("filename")
   if row.get(WRONG_WIDTH):
     fields, expected = row[WRONG_WIDTH]
@@ -99,8 +101,57 @@ def parse_row(row: Mapping[str, Any]) -> Tuple[str, Optional[int], Optional[int]
   missing = [f for f, c in zip(BOX_FIELDS, coords) if _empty(c)]
   if missing:
     raise InputError("parse", "missing_field", f"row for {filename!r} lacks {', '.join(missing)}")
-  box = Box(*(_float(c, f) for f, c in zip(BOX_FIELDS, coords)))
+  box = Box(*(_float(c, f) for f, c in zip(BOX_FIELDS, coords)), normalized=normalized)
   return filename, width, height, ObjectAnnotation(label=str(label), box=box), split
+
+
+# A file whose box coordinates all lie within [0, NORMALIZED_LIMIT] most likely holds fractions
+# of the image size (1, plus the slack of boxes drawn past the edge), not pixels.
+NORMALIZED_LIMIT = 1.5
+
+
+class CoordinateRange:
+  """The range of a file's finite box coordinates, followed row by row (constant memory)."""
+
+  def __init__(self) -> None:
+    self.boxes, self.low, self.high = 0, math.inf, -math.inf
+
+  def add(self, box: Box) -> None:
+    finite = [c for c in (box.xmin, box.ymin, box.xmax, box.ymax) if math.isfinite(c)]
+    if finite:
+      self.boxes += 1
+      self.low, self.high = min(self.low, *finite), max(self.high, *finite)
+
+  def looks_normalized(self) -> bool:
+    return self.boxes > 0 and 0 <= self.low and self.high <= NORMALIZED_LIMIT
+
+
+def looks_normalized_warning(uri: str, boxes: int) -> ErrorRecord:
+  return ErrorRecord(
+      source=uri, stage="parse", reason="looks_normalized", key=uri, level="warning",
+      message=f"all {boxes} boxes have coordinates within [0, {NORMALIZED_LIMIT:g}]: they look "
+      "normalized (fractions of the image size) but were read as pixels; if they are "
+      "fractions, convert again with --csv-normalized")
+
+
+# The longest line a CSV may have (TF-OD rows are under 200 characters): a file without line
+# breaks would otherwise be read whole into one string, and split into as many fields.
+MAX_LINE_CHARS = 1 << 20
+
+
+def _bounded_lines(text, limit: int = MAX_LINE_CHARS) -> Iterator[str]:
+  """The lines of `text`, each read at most `limit` + 1 characters at a time; InputError
+  'too_large' for a longer one."""
+  number = 0
+  while True:
+    line = text.readline(limit + 1)
+    if not line:
+      return
+    number += 1
+    if len(line) > limit and line[-1] not in "\r\n":
+      raise InputError("parse", "too_large", f"line {number} is longer than {limit} characters:"
+                       " not a CSV of annotations")
+    yield line
 
 
 def read_rows(fileobj, column_map: Mapping[str, str]) -> Iterator[Tuple[int, Dict[str, Any]]]:
@@ -108,14 +159,15 @@ def read_rows(fileobj, column_map: Mapping[str, str]) -> Iterator[Tuple[int, Dic
 
   Python's csv module rather than pandas: pandas parses in chunks and one malformed row fails
   the whole chunk, while here a row with too many or too few fields is handed on marked
-  (parse_row then rejects just that row). Raises InputError for a missing column, an empty or undecodable
-  file, or a syntax error (rows before it have been yielded).
+  (parse_row then rejects just that row). Raises InputError for a missing column, an empty or
+  undecodable file, or a syntax error (rows before it have been yielded).
   """
   import csv
   import io
   text = io.TextIOWrapper(fileobj, encoding="utf-8-sig", newline="")
-  reader = csv.reader(text, skipinitialspace=True, strict=True)  # strict: an open quote
-  # at the end of the file is an error, not one huge field
+  reader = csv.reader(_bounded_lines(text), skipinitialspace=True, strict=True)  # strict: an
+  # open quote at the end of the file is an error, not one huge field (and a field is at most
+  # csv.field_size_limit(), 128 kB unless raised)
   try:
     header = next(reader, None)
     if not header:
@@ -172,28 +224,37 @@ def check_input(uri: str, column_map: Mapping[str, str]) -> None:
 class _ParseCsv(beam.DoFn):
   """(split, csv_uri, image_root) -> ((split, image_root, filename), row) and errors."""
 
-  def __init__(self, column_map: Mapping[str, str]):
+  def __init__(self, column_map: Mapping[str, str], normalized: bool = False):
     self.column_map = dict(column_map)
+    self.normalized = normalized
 
   def process(self, task):
     from apache_beam.io.filesystems import FileSystems
     split, uri, image_root = task
+    coordinates = CoordinateRange()  # decided per file here: no pass over the whole CSV
     try:
       with FileSystems.open(uri, compression_type="uncompressed") as f:
         for line, row in read_rows(f, self.column_map):
           try:
-            filename, width, height, obj, row_split = parse_row(row)
+            filename, width, height, obj, row_split = parse_row(row, self.normalized)
           except InputError as e:
-            yield beam.pvalue.TaggedOutput("errors", e.record(f"{uri}:{line}", level="object"))
+            name = row.get("filename")  # the row's image when it names one, else the file
+            yield beam.pvalue.TaggedOutput("errors", e.record(
+                f"{uri}:{line}", name.strip() if name and name.strip() else uri,
+                level="object"))
             continue
+          if isinstance(obj, ObjectAnnotation):
+            coordinates.add(obj.box)
           yield (uri, row_split or split, image_root, filename), (line, width, height, obj)
+      if not self.normalized and coordinates.looks_normalized():
+        yield beam.pvalue.TaggedOutput("errors", looks_normalized_warning(uri, coordinates.boxes))
       for filename in unlisted_candidates(uri, image_root):
         yield (uri, split, image_root, filename), (BESIDE, None, None, None)
     except InputError as e:
-      yield beam.pvalue.TaggedOutput("errors", e.record(uri, level="file"))
+      yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level="file"))
     except OSError as e:
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-          source=uri, stage="read", reason="unreadable", message=str(e), level="file"))
+          source=uri, stage="read", reason="unreadable", message=str(e), key=uri, level="file"))
 
 
 # Roboflow's CSV export has rows only for images with boxes; its background images sit beside
@@ -253,17 +314,18 @@ class ReadCsv(beam.PTransform):
 
   def __init__(self, inputs: Sequence[Tuple[Optional[str], str, str]],
                column_map: Optional[Mapping[str, str]] = None, allow_absolute: bool = False,
-               follow_symlinks: bool = False):
+               follow_symlinks: bool = False, normalized: bool = False):
     super().__init__()
     self.inputs = list(inputs)
     self.column_map = dict(column_map or parse_column_map(None))
     self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
+    self.normalized = normalized  # --csv-normalized
 
   def expand(self, root):
     rows = (root
             | "Files" >> beam.Create(self.inputs)
             | "Spread" >> beam.Reshuffle()
-            | "Parse" >> beam.ParDo(_ParseCsv(self.column_map)).with_outputs(
+            | "Parse" >> beam.ParDo(_ParseCsv(self.column_map, self.normalized)).with_outputs(
                 "errors", main="rows"))
     grouped = (rows.rows
                | "GroupByImage" >> beam.GroupByKey()
@@ -323,7 +385,8 @@ def image_level(config) -> bool:
 def read(root, config, *, first_id: int, in_process: bool) -> Tuple[SourceOutput, List[str]]:
   inputs = config.file_inputs()
   return (root | "ReadCsv" >> ReadCsv(inputs, parse_column_map(config.csv_columns),
-                                      config.allow_absolute_paths, config.follow_symlinks),
+                                      config.allow_absolute_paths, config.follow_symlinks,
+                                      config.csv_normalized),
           sorted({s for s, _, _ in inputs if s}))
 
 

@@ -5,9 +5,13 @@ folder's name is the class of every image below it (sub-folders included). The f
 is taken as splits when every folder there is named like one (train, val, valid, validation,
 test). Hidden files and files Pillow has no format for are skipped and reported as warnings
 (counted in the manifest by reason), never converted. Images carry image-level labels.
+Symlinked folders (class folders assembled with ln -s) are followed with --follow-symlinks,
+as Keras follows them, loops excepted; without it a symlinked class or split folder is an
+error before the run that names the option, and a symlinked folder deeper down a warning.
 """
 from __future__ import annotations
 
+import os
 import posixpath
 from typing import List, Optional, Sequence, Tuple
 
@@ -18,7 +22,7 @@ from beam_tfrecord.records.model import ImageAnnotation, InputError
 from beam_tfrecord.sources.base import (SourceOutput, image_extensions,
                                         is_hidden)
 from beam_tfrecord.storage import paths
-from beam_tfrecord.storage.files import list_dir, list_tree
+from beam_tfrecord.storage.files import list_dir, list_tree, walk_tree
 
 SPLIT_NAMES = ("train", "val", "valid", "validation", "test")
 
@@ -29,11 +33,14 @@ def split_level(subdirs: Sequence[str]) -> bool:
   return bool(visible) and all(d.lower() in SPLIT_NAMES for d in visible)
 
 
-def plan(inputs: Sequence[Tuple[Optional[str], str]]) -> List[Tuple[Optional[str], str, str]]:
+def plan(inputs: Sequence[Tuple[Optional[str], str]], follow_symlinks: bool = False
+         ) -> List[Tuple[Optional[str], str, str]]:
   """(split or None, split directory, key prefix) for each tree of class folders.
 
   `inputs`: (split, dir) from --input [SPLIT=]DIR. Keys are relative to the input directory,
-  so that ROOT/train/cat/1.jpg has the key train/cat/1.jpg."""
+  so that ROOT/train/cat/1.jpg has the key train/cat/1.jpg. Without follow_symlinks, a
+  symlinked split or class folder is a UsageError naming --follow-symlinks (its images would
+  be missing from the output without a word)."""
   result = []
   for split, root in inputs:
     subdirs, _ = list_dir(root)
@@ -46,7 +53,30 @@ def plan(inputs: Sequence[Tuple[Optional[str], str]]) -> List[Tuple[Optional[str
           result.append((name, root, name))
     else:
       result.append((split, root, ""))
+  if not follow_symlinks:
+    linked = symlinked_folders(result)
+    if linked:
+      shown = ", ".join(linked[:5]) + (f" and {len(linked) - 5} more" if len(linked) > 5
+                                       else "")
+      raise UsageError(f"{shown} {'is a symlink' if len(linked) == 1 else 'are symlinks'} "
+                       "to a folder; pass --follow-symlinks to read the images in symlinked "
+                       "class folders")
   return result
+
+
+def symlinked_folders(tasks: Sequence[Tuple[Optional[str], str, str]]) -> List[str]:
+  """The split and class folders of `plan`'s tasks that are symlinks (local trees only)."""
+  found = []
+  for _, root, prefix in tasks:
+    base = paths.join(root, prefix) if prefix else root
+    if paths.is_remote(base):
+      continue
+    if prefix and os.path.islink(base):
+      found.append(base)
+    found.extend(path for path in (os.path.join(base, d) for d in list_dir(base)[0]
+                                   if not d.startswith("."))
+                 if os.path.islink(path))
+  return sorted(set(found))
 
 
 def classify(relative: str, extensions) -> Tuple[Optional[str], Optional[InputError]]:
@@ -76,7 +106,18 @@ class _ListClass(beam.DoFn):
   def process(self, task):
     split, root, prefix = task
     base = paths.join(root, prefix) if prefix else root
-    for rel in list_tree(base):
+    if paths.is_remote(base):
+      listed, linked = list_tree(base), []
+    else:
+      listed, linked = walk_tree(base, self.follow_symlinks)
+    for rel in linked:  # symlinked folders below the class folders (plan checked those)
+      why = ("leads back to a folder above it (a loop); not walked again" if
+             self.follow_symlinks else "is a symlink to a folder; not followed: pass "
+             "--follow-symlinks to read the images in it")
+      yield beam.pvalue.TaggedOutput("errors", InputError(
+          "locate", "symlinked_folder", f"{rel} {why}").record(
+              paths.join(base, rel), f"{prefix}/{rel}" if prefix else rel, level="warning"))
+    for rel in listed:
       key_name = f"{prefix}/{rel}" if prefix else rel
       label, skipped = classify(rel, self.extensions)
       if skipped is not None:
@@ -103,7 +144,7 @@ class ReadFolders(beam.PTransform):
   def __init__(self, inputs: Sequence[Tuple[Optional[str], str]], first_id: int = 0,
                allow_absolute: bool = False, follow_symlinks: bool = False):
     super().__init__()
-    self.tasks = plan(inputs)
+    self.tasks = plan(inputs, follow_symlinks)
     # files beside the split folders (a README, .DS_Store) are reported like any other
     self.loose = sorted({(root, name) for split, root, prefix in self.tasks if prefix
                          for name in list_dir(root)[1]})
@@ -161,10 +202,11 @@ def detect(path: str) -> Optional[str]:
 # --- the source protocol (sources/registry.py) ---
 
 MASKS = False
+IMAGES = False  # the class folders are the images: --images is refused, never ignored
 
 
 def check(config) -> None:
-  plan([paths.parse_assignment(item) for item in config.inputs])
+  plan([paths.parse_assignment(item) for item in config.inputs], config.follow_symlinks)
 
 
 def possible_splits(config) -> Optional[set]:

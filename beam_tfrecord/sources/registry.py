@@ -8,6 +8,8 @@ A format's module (sources/NAME.py) implements the source protocol, looked up th
   read(root, config, *, first_id, in_process) -> (SourceOutput, split names known up front)
   fingerprint_patterns(config) -> ([(kind, glob)], implied image roots)   --if-changed
   MASKS                                 True when its objects carry segmentations
+  IMAGES (optional, default True)       False when it finds its images itself: --images is
+                                        refused (ConvertConfig.check_resolved), never ignored
 and optionally image_level(config) -> bool (the classification schema by default),
 EXPORT_FILE / EXPORT_WHAT (what one split folder of a Roboflow-style export holds).
 
@@ -21,6 +23,7 @@ from types import ModuleType
 from typing import List, Optional
 
 from beam_tfrecord.sources.checks import check_directory, check_label_map
+from beam_tfrecord.storage import paths
 
 # name -> what it reads; the order of --format's choices and of --format auto's candidates
 FORMATS = {
@@ -56,11 +59,9 @@ def possible_splits(config) -> Optional[set]:
 def check(config) -> None:
   """Every pre-run check of a resolved ConvertConfig: the label map, the image roots, then
   the format's own (UsageError, one line, before the output directory is created)."""
-  from beam_tfrecord import schemas
   if config.label_map:
-    check_label_map(config.label_map, schemas.from_options(config.encode_options()).first_id)
-  default_root, per_split = config.image_roots()
-  for split, root in sorted(per_split.items()) + ([(None, default_root)] if default_root else []):
+    check_label_map(config.label_map, config.first_id())
+  for split, root in map(paths.parse_assignment, config.images):
     check_directory(root, f"--images {split + '=' if split else ''}".rstrip())
   get(config.format).check(config)
 

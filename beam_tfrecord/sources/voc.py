@@ -19,7 +19,8 @@ from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
                                          InputError, ObjectAnnotation)
 from beam_tfrecord.sources.base import SourceOutput, is_hidden
 from beam_tfrecord.storage import paths
-from beam_tfrecord.storage.files import exists, list_dir, list_tree, read_text
+from beam_tfrecord.storage.files import (exists, list_dir, list_tree, open_read,
+                                          read_text)
 
 
 def _text(node, tag: str) -> Optional[str]:
@@ -49,10 +50,48 @@ def _flag(node, tag: str, what: str) -> Optional[bool]:
     raise InputError("parse", "wrong_type", f"{what} <{tag}> is {value!r}, not 0/1") from None
 
 
+# Budgets of one annotation XML. ElementTree holds 25-45 bytes per byte of XML (1M nested
+# <a>, 6.8 MB: 290 MB), so the size caps memory (~180 MB at 4 MB); a VOC file of 4 MB would
+# describe ~13,000 objects. VOC nests 3 deep (annotation/object/bndbox).
+MAX_XML_BYTES = 4 << 20
+MAX_XML_DEPTH = 32
+
+
+def _too_large_xml(size: str) -> InputError:
+  return InputError("parse", "too_large", f"the XML file has {size} bytes, over the "
+                    f"{MAX_XML_BYTES} an annotation file may have")
+
+
+def read_xml(readable) -> bytes:
+  """An XML file's bytes (a Beam ReadableFile or a path), at most MAX_XML_BYTES + 1 read."""
+  if not hasattr(readable, "open"):
+    with open_read(readable) as f:
+      data = f.read(MAX_XML_BYTES + 1)
+  else:
+    with readable.open() as f:
+      data = f.read(MAX_XML_BYTES + 1)
+  if len(data) > MAX_XML_BYTES:
+    raise _too_large_xml(f"more than {MAX_XML_BYTES}")
+  return data
+
+
+def _deeper_than(root, limit: int) -> bool:
+  stack = [(root, 1)]
+  while stack:
+    node, depth = stack.pop()
+    if depth > limit:
+      return True
+    stack.extend((child, depth + 1) for child in node)
+  return False
+
+
 def parse_xml(data: bytes) -> Tuple[str, Optional[int], Optional[int], List[ObjectAnnotation]]:
-  """(filename, width, height, objects) of one VOC annotation document."""
+  """(filename, width, height, objects) of one VOC annotation document, of at most
+  MAX_XML_BYTES nesting at most MAX_XML_DEPTH elements (InputError 'too_large', 'too_deep')."""
   import defusedxml.ElementTree as ET
   from defusedxml import DefusedXmlException
+  if len(data) > MAX_XML_BYTES:
+    raise _too_large_xml(str(len(data)))
   try:
     root = ET.fromstring(data)
   except DefusedXmlException as e:
@@ -61,6 +100,8 @@ def parse_xml(data: bytes) -> Tuple[str, Optional[int], Optional[int], List[Obje
     raise InputError("parse", "malformed_xml", f"{type(e).__name__}: {e}") from None
   if root.tag != "annotation":
     raise InputError("parse", "malformed_xml", f"root element is <{root.tag}>, not <annotation>")
+  if _deeper_than(root, MAX_XML_DEPTH):
+    raise InputError("parse", "too_deep", f"the XML nests deeper than {MAX_XML_DEPTH} elements")
   filename = _text(root, "filename")
   if not filename:
     raise InputError("parse", "missing_field", "annotation has no <filename>")
@@ -166,8 +207,6 @@ def check_input(inputs: Sequence[str], image_sets: Optional[str] = None) -> None
   """Before running: one VOC directory, with Annotations/*.xml and the chosen image sets; or
   a folder of XMLs, or SPLIT=DIR folders (a Roboflow VOC export), whose XMLs and images
   ReadVoc checks when it is built."""
-  from apache_beam.io.filesystems import FileSystems
-
   from beam_tfrecord.errors import UsageError
   from beam_tfrecord.sources.checks import check_directory
   assigned = [paths.parse_assignment(item) for item in inputs]
@@ -186,12 +225,7 @@ def check_input(inputs: Sequence[str], image_sets: Optional[str] = None) -> None
     if image_sets:
       raise UsageError(f"--image-sets: {root} is a folder of XMLs without ImageSets/Main")
     return
-  try:
-    found = FileSystems.match([paths.join(paths.glob_escape(root), "Annotations/*.xml")])[0] \
-        .metadata_list
-  except Exception:
-    found = []
-  if not found:
+  if not annotation_files(root):
     raise UsageError(f"--input {root} has no Annotations/*.xml: not a Pascal VOC directory "
                      "(VOCdevkit/VOC2012 holds Annotations/, JPEGImages/, ImageSets/Main/)")
   if image_sets:
@@ -200,6 +234,37 @@ def check_input(inputs: Sequence[str], image_sets: Optional[str] = None) -> None
     if missing:
       raise UsageError(f"--image-sets: {', '.join(missing)} not in {root}/ImageSets/Main "
                        f"(it has {', '.join(available) or 'no image sets'})")
+
+
+def annotation_files(voc_root: str) -> List[str]:
+  """The XMLs in a VOC directory's Annotations/, sorted: .xml in any case (A.XML, as a folder
+  of XMLs is read), hidden files (.DS_Store, ._a.xml) aside."""
+  folder = paths.join(voc_root, "Annotations")
+  return [paths.join(folder, name) for name in list_dir(folder)[1]
+          if name.lower().endswith(".xml") and not is_hidden(name)]
+
+
+def xml_stem(uri: str) -> str:
+  """The image id of an annotation file: its name without .xml (what ImageSets lists)."""
+  return posixpath.splitext(posixpath.basename(uri.replace("\\", "/")))[0]
+
+
+def missing_annotations(element, scope: Sequence[str], lists: Dict[str, str]
+                        ) -> List[ErrorRecord]:
+  """(image id, {"xml": [...], "lists": [[set, ...]]}) -> a missing_annotation error when the
+  chosen image sets `scope` list the id but Annotations/ has no XML for it (its image would
+  vanish without a word)."""
+  stem, joined = element
+  if list(joined["xml"]):
+    return []
+  member_of = sorted({name for sets in joined["lists"] for name in sets} & set(scope))
+  if not member_of:
+    return []
+  return [ErrorRecord(
+      source=lists[member_of[0]], stage="parse", reason="missing_annotation", key=stem,
+      level="image",
+      message=f"image id {stem!r} is listed in ImageSets/Main/{', '.join(member_of)} but "
+      f"Annotations/ has no {stem}.xml: it cannot be converted")]
 
 
 def parse_image_sets(text: str) -> List[str]:
@@ -228,17 +293,17 @@ class _ParseXml(beam.DoFn):
 
   def process(self, readable, splits: Dict[str, List[str]], scope: List[str]):
     uri = readable.metadata.path if hasattr(readable, "metadata") else readable
-    stem = posixpath.splitext(posixpath.basename(uri.replace("\\", "/")))[0]
+    stem = xml_stem(uri)
+    filename = None  # the key of an error: the image's file name once known, else the XML
     try:
-      data = readable.read() if hasattr(readable, "read") else read_text(uri)
-      filename, width, height, objects = parse_xml(data)
+      filename, width, height, objects = parse_xml(read_xml(readable))
       key, image_uri = self._locate(uri, filename)
     except InputError as e:
-      yield beam.pvalue.TaggedOutput("errors", e.record(uri))
+      yield beam.pvalue.TaggedOutput("errors", e.record(uri, filename or uri))
       return
     except Exception as e:  # unforeseen: report it, never kill the job
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-          source=uri, stage="parse", reason="unexpected_error",
+          source=uri, stage="parse", reason="unexpected_error", key=filename or uri,
           message=f"{type(e).__name__}: {e}"))
       return
     split = self.split
@@ -336,7 +401,6 @@ class ReadVoc(beam.PTransform):
     self.splits = split_names(self.scope) if self.lists else []
 
   def expand(self, root):
-    from apache_beam.io import fileio
     members = (root
                | "SplitLists" >> beam.Create(sorted(self.lists.items()))
                | "ReadLists" >> beam.FlatMap(
@@ -354,14 +418,23 @@ class ReadVoc(beam.PTransform):
                   paths.join(r, rel) for rel in list_tree(r)
                   if rel.lower().endswith(".xml") and not is_hidden(rel)])
               | "Spread" >> beam.Reshuffle())
-    else:
+    else:  # listed rather than globbed: Annotations/A.XML counts, as in a folder of XMLs
       xmls = (root
-              | "MatchXml" >> fileio.MatchFiles(paths.join(self.voc_root, "Annotations/*.xml"))
-              | "ReadXml" >> fileio.ReadMatches())
+              | "Root" >> beam.Create([self.voc_root])
+              | "ListXml" >> beam.FlatMap(annotation_files)
+              | "Spread" >> beam.Reshuffle())
     parsed = xmls | "Parse" >> beam.ParDo(parse, beam.pvalue.AsDict(members),
                                           self.scope).with_outputs(
                                               "errors", main="images")
-    return SourceOutput(images=parsed.images, errors=parsed.errors)
+    if not self.lists:
+      return SourceOutput(images=parsed.images, errors=parsed.errors)
+    # ids the chosen lists name without an XML: reported, never silently left out
+    stems = xmls | "XmlIds" >> beam.Map(lambda uri: (xml_stem(uri), uri))
+    missing = ({"xml": stems, "lists": members}
+               | "JoinLists" >> beam.CoGroupByKey()
+               | "MissingXml" >> beam.FlatMap(missing_annotations, self.scope, dict(self.lists)))
+    errors = (parsed.errors, missing) | "VocErrors" >> beam.Flatten()
+    return SourceOutput(images=parsed.images, errors=errors)
 
 
 # --- the source protocol (sources/registry.py) ---
@@ -387,30 +460,28 @@ def possible_splits(config) -> Optional[set]:
 
 def read(root, config, *, first_id: int, in_process: bool) -> Tuple[SourceOutput, List[str]]:
   allow, follow = config.allow_absolute_paths, config.follow_symlinks
-  assigned = [paths.parse_assignment(item) for item in config.inputs]
-  default_root, per_split = config.image_roots()
+  assigned = config.input_image_roots()  # (split, VOC dir, its --images or None)
   if len(assigned) == 1 and not assigned[0][0]:
-    voc = ReadVoc(config.inputs[0], default_root, use_image_sets=not config.split,
+    voc = ReadVoc(assigned[0][1], assigned[0][2], use_image_sets=not config.split,
                   allow_absolute=allow, follow_symlinks=follow,
                   image_sets=parse_image_sets(config.image_sets) if config.image_sets else None)
     return root | "ReadVoc" >> voc, sorted(voc.splits)
-  if not all(split for split, _ in assigned):
+  if not all(split for split, _, _ in assigned):
     raise ValueError("--format voc takes one --input (a VOC directory or a folder of XMLs), "
                      "or one SPLIT=DIR per split")
   per_folder = [root | f"ReadVoc[{split}]" >> ReadVoc(
-      uri, per_split.get(split, default_root), allow_absolute=allow, follow_symlinks=follow,
-      split=split) for split, uri in assigned]
+      uri, images, allow_absolute=allow, follow_symlinks=follow,
+      split=split) for split, uri, images in assigned]
   return (SourceOutput(
       images=tuple(o.images for o in per_folder) | "VocImages" >> beam.Flatten(),
       errors=tuple(o.errors for o in per_folder) | "VocErrors" >> beam.Flatten()),
-      sorted(split for split, _ in assigned))
+      sorted(split for split, _, _ in assigned))
 
 
 def fingerprint_patterns(config) -> Tuple[List[Tuple[str, str]], List[str]]:
   """Annotations/ and ImageSets/Main/ under the VOC directory; the image root (default
   VOC/JPEGImages); a folder of XMLs: everything below it."""
-  default_root, per_split = config.image_roots()
-  given = bool(per_split) or bool(default_root)
+  given = bool(config.images)
   patterns: List[Tuple[str, str]] = []
   implied: List[str] = []
   for item in config.inputs:

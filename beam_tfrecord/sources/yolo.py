@@ -1,8 +1,11 @@
 """YOLO labels: Ultralytics `data.yaml` and Darknet `obj.data` + `obj.names`.
 
 One `.txt` per image, one line per object: `class cx cy w h` in [0, 1] image units, or
-`class x1 y1 x2 y2 ...` (a segmentation polygon, whose bounding box is used; with
---include-masks it is rasterized into the mask, masks.polygon_json). The label file
+`class x1 y1 x2 y2 ...` (a segmentation polygon of 3 points or more, whose bounding box is
+used; with --include-masks it is rasterized into the mask, masks.polygon_json). A pose
+dataset (`kpt_shape: [K, D]` in the yaml) has `class cx cy w h` followed by K keypoints of D
+values: exactly 5 + K*D columns, the box being the first four numbers. A line of any other
+length is a malformed_line, never guessed at. The label file
 of an image is found the Ultralytics way: the last `images` component of its path becomes
 `labels` and the extension `.txt`; without an `images` component it lies beside the image
 (Darknet). An image without a label file is a background image. Boxes stay normalized
@@ -38,6 +41,14 @@ YAML_SPLITS = ("train", "val", "test")          # Ultralytics keys, kept as spli
 DARKNET_SPLITS = (("train", "train"), ("valid", "valid"))  # obj.data key -> split
 DARKNET_NAMES = ("obj.data",)
 
+# Budgets that keep a YOLO dataset's memory proportional to its files: the dataset yaml,
+# obj.data and obj.names are small (1 MB is ~50,000 class names); a list file holds one path
+# per image (~100 bytes; 512 MB is ~5M images, read by one worker); a label file holds one
+# image's objects (16 MB is ~40,000 polygons of 20 points). Larger ones are 'too_large'.
+MAX_YAML_BYTES = 1 << 20
+MAX_LIST_BYTES = 512 << 20
+MAX_LABEL_BYTES = 16 << 20
+
 
 @dataclasses.dataclass(frozen=True)
 class YoloDataset:
@@ -49,6 +60,7 @@ class YoloDataset:
   names: Tuple[str, ...]
   splits: Tuple[Tuple[str, Tuple[str, ...]], ...]
   bases: Tuple[str, ...] = ()
+  kpt_shape: Optional[Tuple[int, int]] = None  # pose: (keypoints, values per keypoint)
 
 
 def _join(base: str, rel: str) -> str:
@@ -79,6 +91,19 @@ def parse_names(value, where: str) -> Tuple[str, ...]:
   return tuple(names)
 
 
+def parse_kpt_shape(value, where: str) -> Optional[Tuple[int, int]]:
+  """`kpt_shape: [K, D]` of a pose yaml: K >= 1 keypoints of D = 2 (x y) or 3 (x y
+  visibility) values; None when absent."""
+  if value is None:
+    return None
+  ok = (isinstance(value, (list, tuple)) and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        and value[0] >= 1 and value[1] in (2, 3))
+  if not ok:
+    raise UsageError(f"{where}: `kpt_shape` must be [keypoints, 2 or 3], got {value!r}")
+  return int(value[0]), int(value[1])
+
+
 def _existing(candidates: Sequence[str]) -> Optional[str]:
   for candidate in candidates:
     if exists(candidate):
@@ -93,7 +118,7 @@ def load_data_yaml(uri: str) -> YoloDataset:
   `../train/images` next to train/)."""
   import yaml
   try:
-    doc = yaml.safe_load(read_text(uri).decode("utf-8-sig"))
+    doc = yaml.safe_load(read_text(uri, MAX_YAML_BYTES).decode("utf-8-sig"))
   except Exception as e:  # unreadable, not UTF-8, not YAML
     raise UsageError(f"cannot read {uri} as YAML: {type(e).__name__}: {e}") from None
   if not isinstance(doc, dict):
@@ -101,6 +126,7 @@ def load_data_yaml(uri: str) -> YoloDataset:
   if "names" not in doc:
     raise UsageError(f"{uri} has no `names` (the class list of a YOLO dataset yaml)")
   names = parse_names(doc["names"], uri)
+  kpt_shape = parse_kpt_shape(doc.get("kpt_shape"), uri)
   root = _join(".", parent(uri))
   if doc.get("path"):
     root = _join(root, str(doc["path"]))
@@ -120,7 +146,8 @@ def load_data_yaml(uri: str) -> YoloDataset:
     splits.append((_folder_split(split, entries), tuple(entries)))
   if not splits:
     raise UsageError(f"{uri} names no images (no train/val/test entries)")
-  return YoloDataset(posixpath.basename(uri.replace("\\", "/")), root, names, tuple(splits))
+  return YoloDataset(posixpath.basename(uri.replace("\\", "/")), root, names, tuple(splits),
+                     kpt_shape=kpt_shape)
 
 
 EXPORT_SPLITS = ("train", "valid", "val", "validation", "test")
@@ -151,7 +178,7 @@ def load_darknet(uri: str) -> YoloDataset:
   darknet runs in: usually the parent of data/, where obj.data itself lives, so both that
   directory and its parent are tried."""
   try:
-    fields = parse_darknet_data(read_text(uri).decode("utf-8-sig"))
+    fields = parse_darknet_data(read_text(uri, MAX_YAML_BYTES).decode("utf-8-sig"))
   except Exception as e:
     raise UsageError(f"cannot read {uri}: {type(e).__name__}: {e}") from None
   here = _join(".", parent(uri))
@@ -166,7 +193,7 @@ def load_darknet(uri: str) -> YoloDataset:
 
   if not fields.get("names"):
     raise UsageError(f"{uri} has no names= line (the obj.names file)")
-  names_text = read_text(locate("names")).decode("utf-8-sig")
+  names_text = read_text(locate("names"), MAX_YAML_BYTES).decode("utf-8-sig")
   names = parse_names([n.strip() for n in names_text.splitlines() if n.strip()],
                       fields["names"])
   splits = tuple((split, (locate(key),)) for key, split in DARKNET_SPLITS if fields.get(key))
@@ -242,19 +269,38 @@ def label_dir(image_dir: str) -> str:
   return label_path(paths.join(image_dir, "probe"))[:-len("/probe.txt")]
 
 
-def parse_line(line: str, names: Sequence[str], include_masks: bool = False
-               ) -> ObjectAnnotation:
-  """One label line -> an object with a normalized box. InputError for a malformed line, a
-  class index out of range, or coordinates outside [0, 1]. With include_masks a polygon line
-  also carries its polygon as the object's segmentation (masks.polygon_json: normalized
-  points, rasterized once the image size is known); a box line carries none."""
+def line_shape(count: int, kpt_shape: Optional[Tuple[int, int]] = None) -> Optional[str]:
+  """What a line of `count` fields is: 'box', 'polygon' or 'pose'; None when it fits no rule
+  of the dataset. A pose dataset has pose lines only (5 + K*D fields, as Ultralytics checks);
+  else 5 fields are a box, an even number of 6 or more coordinates a polygon (3+ points: a
+  line of class + 6 numbers is a triangle, as Ultralytics reads it)."""
+  if kpt_shape is not None:
+    return "pose" if count == 5 + kpt_shape[0] * kpt_shape[1] else None
+  if count == 5:
+    return "box"
+  return "polygon" if count >= 7 and count % 2 == 1 else None
+
+
+def parse_line(line: str, names: Sequence[str], include_masks: bool = False,
+               kpt_shape: Optional[Tuple[int, int]] = None) -> ObjectAnnotation:
+  """One label line -> an object with a normalized box. InputError for a malformed line (one
+  whose length fits no rule, line_shape), a class index out of range, or coordinates outside
+  [0, 1]. With include_masks a polygon line also carries its polygon as the object's
+  segmentation (masks.polygon_json: normalized points, rasterized once the image size is
+  known); a box or pose line carries none. A pose line's box is the four numbers after the
+  class; its keypoints are checked (x, y in [0, 1]) but not written."""
   tokens = line.split()
   if not all(_NUMBER.match(t) for t in tokens):
     raise InputError("parse", "malformed_line", f"{line!r} is not numbers")
-  if len(tokens) != 5 and (len(tokens) < 7 or len(tokens) % 2 == 0):
+  shape = line_shape(len(tokens), kpt_shape)
+  if shape is None:
+    expected = (f"`class cx cy w h` + {kpt_shape[0]} keypoints of {kpt_shape[1]} values "
+                f"({5 + kpt_shape[0] * kpt_shape[1]} fields, the yaml's kpt_shape)"
+                if kpt_shape else
+                "`class cx cy w h` or `class x1 y1 x2 y2 x3 y3 ...` (a polygon: an even "
+                "number of coordinates, 3 points or more)")
     raise InputError("parse", "malformed_line",
-                     f"{line!r} has {len(tokens)} fields: expected `class cx cy w h` or "
-                     "`class x1 y1 x2 y2 x3 y3 ...` (a polygon)")
+                     f"{line!r} has {len(tokens)} fields: expected {expected}")
   if not re.fullmatch(r"\+?\d+(\.0*)?", tokens[0]):
     raise InputError("parse", "malformed_line", f"class {tokens[0]!r} is not an index")
   index = int(float(tokens[0]))
@@ -263,7 +309,12 @@ def parse_line(line: str, names: Sequence[str], include_masks: bool = False
                      f"class index {index} is out of range: the dataset names {len(names)} "
                      f"classes (0..{len(names) - 1})")
   values = [float(t) for t in tokens[1:]]
-  if not all(0.0 <= v <= 1.0 for v in values):
+  checked = values
+  if shape == "pose":  # the box, then each keypoint's x and y (not its visibility)
+    step = kpt_shape[1]
+    checked = values[:4] + [v for i in range(4, len(values), step) for v in values[i:i + 2]]
+    values = values[:4]
+  if not all(0.0 <= v <= 1.0 for v in checked):
     raise InputError("validate", "bbox_outside_unit",
                      f"{line!r}: coordinates must be normalized to [0, 1]")
   if len(values) == 4:
@@ -281,7 +332,8 @@ def parse_line(line: str, names: Sequence[str], include_masks: bool = False
                           segmentation=segmentation)
 
 
-def parse_label_text(text: str, names: Sequence[str], include_masks: bool = False
+def parse_label_text(text: str, names: Sequence[str], include_masks: bool = False,
+                     kpt_shape: Optional[Tuple[int, int]] = None
                      ) -> Tuple[List[ObjectAnnotation], List[Tuple[int, InputError]]]:
   """Objects of one label file, and (line number, error) for every unusable line."""
   objects, errors = [], []
@@ -289,7 +341,7 @@ def parse_label_text(text: str, names: Sequence[str], include_masks: bool = Fals
     if not line.strip():
       continue
     try:
-      objects.append(parse_line(line, names, include_masks))
+      objects.append(parse_line(line, names, include_masks, kpt_shape))
     except InputError as e:
       errors.append((number, e))
   return objects, errors
@@ -341,27 +393,65 @@ class _ListImages(beam.DoFn):
 
   def _from_list(self, split, entry, root):
     try:
-      text = read_text(entry).decode("utf-8-sig")
+      text = read_text(entry, MAX_LIST_BYTES).decode("utf-8-sig")
     except Exception as e:
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
           source=entry, stage="read", reason="unreadable", level="file",
           message=f"{type(e).__name__}: {e}"))
       return
     bases = [parent(entry), root, *self.dataset.bases]
+    inside = [b for b in dict.fromkeys(bases) if _under(b, root)]
+    relocated = []
     for number, line in enumerate(text.splitlines(), start=1):
       name = line.strip()
       if not name or name.startswith("#"):
         continue
-      candidates = [name] if paths.is_remote(name) or os.path.isabs(name) else [
+      foreign = not paths.is_remote(name) and is_absolute(name)
+      candidates = [name] if paths.is_remote(name) or foreign else [
           _join(b, name[2:] if name.startswith("./") else name) for b in bases]
       uri = _existing(candidates)
+      if uri is None and foreign:
+        # written on another machine (Colab: /content/drive/...): the same file by its
+        # trailing components, only inside the dataset root
+        uri = _existing(trailing_candidates(name, inside))
+        if uri is not None:
+          relocated.append((name, uri))
       if uri is None:
+        message = (f"{name} is an absolute path that does not exist here (written on another "
+                   f"machine?), and no file under {root} ends with its trailing components"
+                   if foreign else f"{name} exists under none of {sorted(set(bases))}")
         yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
             source=f"{entry}:{number}", stage="locate", reason="missing_image", key=name,
-            message=f"{name} exists under none of {sorted(set(bases))}"))
+            message=message))
         continue
       label = label_path(uri)
       yield split, _relative(root, uri), label, exists(label)
+    if relocated:
+      name, uri = relocated[0]
+      yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+          source=entry, stage="locate", reason="relocated_image", level="warning",
+          message=f"{len(relocated)} absolute path(s) of this list do not exist here; each was "
+          f"found under {root} by its trailing components (e.g. {name} -> {uri})"))
+
+
+def is_absolute(name: str) -> bool:
+  """A POSIX or a Windows absolute path (C:\\data\\obj\\1.jpg, as a Windows user's list says)."""
+  return os.path.isabs(name) or bool(re.match(r"^[A-Za-z]:[\\/]", name))
+
+
+def _under(path: str, root: str) -> bool:
+  path, root = path.replace("\\", "/").rstrip("/"), root.replace("\\", "/").rstrip("/")
+  return path == root or path.startswith(root + "/")
+
+
+def trailing_candidates(name: str, bases: Sequence[str]) -> List[str]:
+  """Where an absolute path from another machine may lie in this copy: its trailing
+  components (longest first, at least the file name) under each base. '..' and '.' parts
+  are dropped, so a candidate never leaves its base."""
+  parts = [p for p in re.split(r"[\\/]", name) if p and p not in (".", "..")]
+  if parts and re.fullmatch(r"[A-Za-z]:", parts[0]):
+    parts = parts[1:]
+  return [_join(base, "/".join(parts[i:])) for i in range(len(parts)) for base in bases]
 
 
 def is_label_file(relative: str) -> bool:
@@ -407,13 +497,14 @@ class _ReadLabels(beam.DoFn):
     objects: List[ObjectAnnotation] = []
     if label is not None:
       try:
-        text = read_text(label).decode("utf-8-sig")
+        text = read_text(label, MAX_LABEL_BYTES).decode("utf-8-sig")
       except Exception as e:  # unreadable or not text: the image's objects are unknown
         yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
             source=label, stage="parse", reason="unreadable_label", key=key, level="file",
             message=f"{type(e).__name__}: {e}; the image is not converted"))
         return
-      objects, errors = parse_label_text(text, self.dataset.names, self.include_masks)
+      objects, errors = parse_label_text(text, self.dataset.names, self.include_masks,
+                                         self.dataset.kpt_shape)
       for number, error in errors:
         yield beam.pvalue.TaggedOutput("errors", error.record(f"{label}:{number}", key,
                                                               level="object"))
@@ -485,6 +576,7 @@ class ReadYolo(beam.PTransform):
 # --- the source protocol (sources/registry.py) ---
 
 MASKS = True  # segmentation polygons: --include-masks rasterizes them
+IMAGES = False  # the yaml / obj.data names the images: --images is refused, never ignored
 EXPORT_WHAT = "data.yaml"  # what each split folder of an export holds
 
 

@@ -3,7 +3,9 @@ listings, and reads (whole text files, a file's head, an image's bytes with a si
 Beam-free to import: Beam's FileSystems is imported only when a remote path is touched."""
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from beam_tfrecord.errors import UsageError
@@ -24,23 +26,24 @@ def open_read(uri: str) -> BinaryIO:
   return FileSystems.open(uri, compression_type="uncompressed")
 
 
-def read_text(uri: str) -> bytes:
+def read_text(uri: str, limit: Optional[int] = None) -> bytes:
+  """A whole (annotation) file's bytes; with `limit`, at most that many: a larger file is
+  an InputError ('too_large') after reading limit + 1 bytes, never the whole of it."""
   from apache_beam.io.filesystems import FileSystems
   with FileSystems.open(uri, compression_type="uncompressed") as f:
-    return f.read()
+    data = f.read() if limit is None else f.read(limit + 1)
+  if limit is not None and len(data) > limit:
+    raise InputError("parse", "too_large", f"{uri} has more than {limit} bytes, the most "
+                     "this tool reads from one such file")
+  return data
 
 
-def list_tree(root: str) -> List[str]:
+def list_tree(root: str, follow_symlinks: bool = False) -> List[str]:
   """Every file under `root`, recursively, as paths relative to it (posix '/'), sorted.
-  Local trees through os.walk; gs:// and s3:// through Beam's FileSystems.match."""
+  Local trees through os.walk (symlinked folders: see walk_tree); gs:// and s3:// through
+  Beam's FileSystems.match."""
   if not paths.is_remote(root):
-    found = []
-    for folder, dirs, files in os.walk(root):
-      dirs.sort()
-      rel = os.path.relpath(folder, root)
-      for name in files:
-        found.append(name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"))
-    return sorted(found)
+    return walk_tree(root, follow_symlinks)[0]
   from apache_beam.io.filesystems import FileSystems
   prefix = root.rstrip("/") + "/"
   try:
@@ -48,6 +51,37 @@ def list_tree(root: str) -> List[str]:
   except Exception:  # nothing there
     return []
   return sorted(m.path[len(prefix):] for m in metas if m.path.startswith(prefix))
+
+
+def walk_tree(root: str, follow_symlinks: bool = False) -> Tuple[List[str], List[str]]:
+  """(files, symlinked folders not walked) under a local `root`, relative to it (posix '/'),
+  sorted. Symlinked folders are walked with `follow_symlinks` (Keras' class folders follow
+  them), except one that leads to a folder the walk is in, or above one (a loop: os.walk
+  would go round until the path is too long); without it none is walked. Those not walked
+  are returned, so that the caller can say why their files are missing."""
+  found: List[str] = []
+  skipped: List[str] = []
+  # each folder's chain of real paths from the root: a link into the chain is a loop
+  chains = {root: (os.path.realpath(root),)}
+  for folder, dirs, names in os.walk(root, followlinks=follow_symlinks):
+    dirs.sort()
+    rel = os.path.relpath(folder, root)
+    prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+    chain = chains.pop(folder, (os.path.realpath(folder),))
+    for name in list(dirs):
+      path = os.path.join(folder, name)
+      if not os.path.islink(path):
+        chains[path] = chain + (os.path.realpath(path),)
+        continue
+      real = os.path.realpath(path)
+      if not follow_symlinks or any(c == real or c.startswith(real.rstrip(os.sep) + os.sep)
+                                    for c in chain):  # leads to a folder we are in
+        skipped.append(prefix + name)
+        dirs.remove(name)
+      else:
+        chains[path] = chain + (real,)
+    found.extend(prefix + name for name in names)
+  return sorted(found), sorted(skipped)
 
 
 # One-level listings of object-store prefixes, kept for one run (--format auto asks for the
@@ -96,6 +130,22 @@ def _list_level(prefix: str) -> Tuple[List[str], List[str]]:
   return sorted(dirs), sorted(names)
 
 
+# Object stores whose Beam file system needs a client library this package does not install:
+# without it Beam raised an ImportError from deep inside (or its match found "no such file").
+_STORE_CLIENTS = {"s3://": ("boto3", "pip install 'apache-beam[aws]' (boto3)")}
+
+
+def check_store(uri: str, what: str) -> None:
+  """UsageError (one line, exit 2) when `uri` is on an object store whose client library is
+  not installed, saying what to install."""
+  for scheme, (module, install) in _STORE_CLIENTS.items():
+    if uri.startswith(scheme):
+      import importlib.util
+      if importlib.util.find_spec(module) is None:
+        raise UsageError(f"{what} {uri}: {scheme} needs {module}, which is not installed: "
+                         f"{install}")
+
+
 def exists(uri: str, strict: bool = False) -> bool:
   """Whether the file or directory is there. An object store that cannot be asked (no
   access, network) answers False, or raises with strict (where a wrong 'no' would lose data:
@@ -138,34 +188,22 @@ def _too_large(uri: str, size: int, limit: int) -> InputError:
                     f"{uri} has {size} bytes, over --max-image-bytes {limit}")
 
 
-def read_bytes(uri: str, limit: int = DEFAULT_MAX_IMAGE_BYTES, size: Optional[int] = None
-               ) -> bytes:
+def read_bytes(uri: str, limit: int = DEFAULT_MAX_IMAGE_BYTES, size: Optional[int] = None,
+               follow_symlinks: bool = False, root: Optional[str] = None) -> bytes:
   """The file's bytes; files over `limit` bytes are rejected from a stat, before reading.
   `size`: the file's size when already looked up (PrepareImages), which saves an object store
-  a round trip."""
+  a round trip.
+
+  Local files are checked again here, where they are read, since the plan's checks
+  (paths.resolve) may be stale by now: `root` is the image root the file must lie in; a final
+  symlink is then not followed unless `follow_symlinks`, or unless its target still lies in
+  the root. None: no root to keep to (names taken as they are, --allow-absolute-paths). The
+  file must be a regular file (not a device, a FIFO, a directory), and at most `limit` + 1
+  bytes are read whatever its size was."""
   if uri.startswith("gs://"):
     return _read_gcs(uri, limit, size)
   if not is_remote(uri):
-    # Local fast path: Beam's LocalFileSystem.open read 2,000 images (180 MB) in 1.6 s under
-    # cProfile (two reads per file, growing buffers); one os.read of the size from fstat
-    # (+1, to see the end) took 11 us a 90 KB file where open().read() took 18-25 us.
-    try:
-      fd = os.open(uri, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-      try:
-        size = os.fstat(fd).st_size
-        if size > limit:
-          raise _too_large(uri, size, limit)
-        data = os.read(fd, size + 1)
-        if len(data) <= size:
-          return data
-        chunks = [data]  # the file grew since fstat: read on to its end
-        while chunks[-1]:
-          chunks.append(os.read(fd, 1 << 20))
-        return b"".join(chunks)
-      finally:
-        os.close(fd)
-    except OSError as e:
-      raise InputError("read", "unreadable", f"{uri}: {e.strerror or e}") from None
+    return _read_local(uri, limit, follow_symlinks or root is None, root)
   from apache_beam.io.filesystems import FileSystems
   if size is None:  # a round trip, when PrepareImages did not look it up already
     try:
@@ -179,6 +217,63 @@ def read_bytes(uri: str, limit: int = DEFAULT_MAX_IMAGE_BYTES, size: Optional[in
       return f.read()
   except Exception as e:  # missing since located, permission, network
     raise InputError("read", "unreadable", f"{uri}: {type(e).__name__}: {e}") from None
+
+
+# O_NONBLOCK: a FIFO swapped in opens at once (and is refused as no regular file) instead of
+# waiting for a writer; regular files ignore it.
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_SYMLINK_ERRNOS = (errno.ELOOP, errno.EMLINK)  # O_NOFOLLOW on a symlink: Linux, BSDs
+
+
+def _read_local(uri: str, limit: int, follow: bool, root: Optional[str]) -> bytes:
+  """Local fast path: Beam's LocalFileSystem.open read 2,000 images (180 MB) in 1.6 s under
+  cProfile (two reads per file, growing buffers); one os.open, one fstat and one os.read of
+  the size (+1, to see the end) took 11 us a 90 KB file where open().read() took 18-25 us.
+  O_NOFOLLOW and the fstat cost nothing more; a final symlink without `follow` takes the slow
+  path (_open_link). Directories in the name are followed as they are now."""
+  try:
+    try:
+      fd = os.open(uri, _OPEN_FLAGS | (0 if follow else _NOFOLLOW))
+    except OSError as e:
+      if follow or root is None or e.errno not in _SYMLINK_ERRNOS:
+        raise
+      fd = _open_link(uri, root)
+    try:
+      info = os.fstat(fd)
+      if not stat.S_ISREG(info.st_mode):
+        raise InputError("read", "not_a_file", f"{uri} is not a regular file (a device, a "
+                         "FIFO, a socket or a directory): not read")
+      if info.st_size > limit:
+        raise _too_large(uri, info.st_size, limit)
+      data = os.read(fd, info.st_size + 1)
+      if len(data) <= info.st_size:
+        return data
+      chunks, total = [data], len(data)  # the file grew since fstat: read on, to limit + 1
+      while chunks[-1] and total <= limit:
+        chunks.append(os.read(fd, min(1 << 20, limit + 1 - total)))
+        total += len(chunks[-1])
+      if total > limit:
+        raise InputError("read", "image_too_large", f"{uri} grew to more than {limit} bytes "
+                         f"while it was read, over --max-image-bytes {limit}")
+      return b"".join(chunks)
+    finally:
+      os.close(fd)
+  except OSError as e:
+    raise InputError("read", "unreadable", f"{uri}: {e.strerror or e}") from None
+
+
+def _open_link(uri: str, root: str) -> int:
+  """The file a symlink `uri` leads to, opened, when it still lies inside `root` (as
+  paths.resolve allowed it without --follow-symlinks); InputError('read', 'symlink_escape')
+  otherwise. The target is opened with O_NOFOLLOW too: a link swapped for another after
+  realpath fails to open rather than being followed."""
+  real, real_root = os.path.realpath(uri), paths.real_root(root)
+  if not paths.inside(real, real_root):
+    raise InputError("read", "symlink_escape",
+                     f"{uri} is now a symlink to {real}, outside the image root "
+                     f"{real_root}; pass --follow-symlinks to accept symlinked images")
+  return os.open(real, _OPEN_FLAGS | _NOFOLLOW)
 
 
 def _read_gcs(uri: str, limit: int, size: Optional[int]) -> bytes:

@@ -23,6 +23,34 @@ def join(root: str, name: str) -> str:
   return os.path.join(root, name)
 
 
+class UnsafeName(ValueError):
+  """A name that is not a plain entry directly inside a directory (see plain_name)."""
+
+
+def plain_name(name: object) -> str:
+  """`name` itself when it names an entry directly inside a directory, else UnsafeName.
+
+  Every path the tool writes, renames or deletes in an output is such a name joined to the
+  output (or its run directory), checked where the operation happens: names come from
+  manifests, journals and --shard-name-template, which anyone can edit or get wrong, and a
+  separator, '..' or an absolute name would reach outside.
+  """
+  if not isinstance(name, str):
+    raise UnsafeName(f"{name!r} is not a file name")
+  if name in ("", ".", ".."):
+    raise UnsafeName(f"{name!r} is not a file name")
+  if "/" in name or "\\" in name or "\x00" in name:
+    raise UnsafeName(f"{name!r} is not a plain file name (it has a separator or a NUL byte)")
+  if re.match(r"^[a-zA-Z]:", name):  # a drive on Windows: 'C:x' leaves the directory there
+    raise UnsafeName(f"{name!r} is not a plain file name (it names a drive)")
+  return name
+
+
+def child(directory: str, name: object) -> str:
+  """directory/name, for a name that plain_name accepts (UnsafeName otherwise)."""
+  return join(directory, plain_name(name))
+
+
 def clean_name(name: object) -> str:
   """Normalise a relative file name from an annotation; reject anything that could escape.
 
@@ -75,7 +103,7 @@ def resolve_sized(root: str, name: str, allow_absolute: bool = False,
       real, size = plain
     else:
       real = os.path.realpath(uri)
-    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+    if not inside(real, real_root):
       if not follow_symlinks:
         raise InputError("locate", "symlink_escape",
                          f"{name!r} resolves to {real}, outside the image root {real_root}; "
@@ -93,6 +121,17 @@ def _realpath_of_root(root: str) -> str:
   pipeline.build forgets them (forget_roots): a long-lived process (a scheduler's) converts
   again after a root symlink such as `current` was moved to a new export."""
   return os.path.realpath(root)
+
+
+def real_root(root: str) -> str:
+  """The realpath of an image root, cached as resolve caches it (storage/files.read_bytes
+  checks a symlinked image against it again when it reads the image)."""
+  return _realpath_of_root(root)
+
+
+def inside(real: str, real_root: str) -> bool:
+  """Whether the real path `real` is `real_root` or lies below it (both realpaths)."""
+  return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
 def forget_roots() -> None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 from typing import Callable, List, Mapping, Optional, Tuple
 
 from beam_tfrecord import schemas
 from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
                                          InputError)
+from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.files import DEFAULT_MAX_IMAGE_BYTES, read_bytes
 from beam_tfrecord.write import images, orientation
 
@@ -26,6 +28,7 @@ class EncodeOptions:
   include_masks: bool = False               # rasterize segmentations into image/object/mask
   preprocess: images.Preprocess = images.Preprocess()  # resize / re-encode at conversion time
   renames: Tuple[Tuple[str, str], ...] = ()  # --feature-names, (old, new) pairs
+  follow_symlinks: bool = False             # read symlinked images that lead out of the root
 
 
 @dataclasses.dataclass
@@ -104,13 +107,38 @@ def _with_masks(ann: ImageAnnotation, prepared: images.PreparedImage, frame: str
   return ann.replace(objects=tuple(objects))
 
 
-def fetch(uri: str, limit: int = DEFAULT_MAX_IMAGE_BYTES, size: Optional[int] = None
-          ) -> Tuple[bytes, str]:
+def image_root(ann: ImageAnnotation) -> Optional[str]:
+  """The image root `ann` was resolved in (paths.resolve: uri = join(root, key)), which
+  read_bytes keeps a symlinked image to; None for names taken as they are
+  (--allow-absolute-paths: key == uri) and object stores (no symlinks there)."""
+  if ann.key == ann.uri or paths.is_remote(ann.uri):
+    return None
+  tail = os.sep + ann.key  # os.path.join(root, key): the key keeps its "/"
+  if ann.uri.endswith(tail):
+    return ann.uri[:-len(tail)] or os.sep
+  return os.path.dirname(ann.uri)  # not made by join: keep to the file's own directory
+
+
+def read_image(ann: ImageAnnotation, options: EncodeOptions) -> bytes:
+  """read_bytes of an annotation's image, with the checks its options ask for."""
+  return read_bytes(ann.uri, options.max_image_bytes, ann.size_bytes, options.follow_symlinks,
+                    image_root(ann))
+
+
+def fetch(uri: str, limit: int = DEFAULT_MAX_IMAGE_BYTES, size: Optional[int] = None,
+          follow_symlinks: bool = False, root: Optional[str] = None) -> Tuple[bytes, str]:
   """The image bytes and their hex SHA-256: both release the GIL, so the shard writer runs
   this on its read-ahead threads (the digest is `image/key/sha256` when the bytes pass through).
-  Files over `limit` bytes are rejected from a stat before reading, as in read_bytes."""
-  data = read_bytes(uri, limit, size)
+  Files over `limit` bytes are rejected from a stat before reading, and local files checked
+  again (symlinks, regular file), as in read_bytes."""
+  data = read_bytes(uri, limit, size, follow_symlinks, root)
   return data, hashlib.sha256(data).hexdigest()
+
+
+def fetch_image(ann: ImageAnnotation, options: EncodeOptions) -> Tuple[bytes, str]:
+  """fetch of an annotation's image, with the checks its options ask for."""
+  return fetch(ann.uri, options.max_image_bytes, ann.size_bytes, options.follow_symlinks,
+               image_root(ann))
 
 
 def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
@@ -120,8 +148,7 @@ def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
   fetch(ann.uri) (or raises InputError) when it ran ahead; by default it is called here."""
   errors: List[ErrorRecord] = []
   try:
-    data, digest = (fetched() if fetched is not None else
-                    (read_bytes(ann.uri, options.max_image_bytes, ann.size_bytes), None))
+    data, digest = (fetched() if fetched is not None else (read_image(ann, options), None))
     prepared = images.prepare(data, options.max_pixels, options.verify_images,
                               options.preprocess)
     if digest is not None and prepared.encoded is data:  # written as read: the digest holds

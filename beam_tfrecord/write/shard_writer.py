@@ -30,7 +30,8 @@ from beam_tfrecord.records.tfrecord import framing
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.prefetch import prefetch
-from beam_tfrecord.write.encode import Converted, EncodeOptions, convert, fetch
+from beam_tfrecord.write.encode import (Converted, EncodeOptions, convert,
+                                         fetch_image)
 
 # Read-ahead of the shard writer (beam_tfrecord.storage.prefetch): threads, and a cap on the bytes
 # fetched but not yet written. Writer processes (WriterPool) read their local files inline:
@@ -89,8 +90,9 @@ def pick_one(uri: str, anns: Iterable[ImageAnnotation]
 
 def unique_files(anns: Iterable[ImageAnnotation], errors: List[ErrorRecord]
                  ) -> List[ImageAnnotation]:
-  """One annotation per file, in (key, uri) order; the others go to `errors`. The plan routes
-  every annotation of a file to the shard of the one that wins (ShardPlan.route)."""
+  """One annotation per file, in (key, uri) order; the others go to `errors`. A shard holds
+  one split, and the plan routes every annotation of a file in that split to the shard of the
+  one that wins (ShardPlan.route)."""
   by_uri: Dict[str, List[ImageAnnotation]] = {}
   for ann in anns:
     by_uri.setdefault(ann.uri, []).append(ann)
@@ -160,15 +162,15 @@ def write_shard(task: ShardTask) -> ShardResult:
   the same name. Bad images become errors; only I/O failures of the shard file raise."""
   split, shard, num_shards = task.split, task.shard, task.num_shards
   name = naming.shard_name(split, shard, num_shards)
-  final = paths.join(task.staging, name)
-  partial = paths.join(task.staging, f".part-{uuid.uuid4().hex}-{name}")
+  final = paths.child(task.staging, name)  # child: checked where it is written
+  partial = paths.child(task.staging, f".part-{uuid.uuid4().hex}-{name}")
   stats = new_stats(split, shard, name)
   errors: List[ErrorRecord] = []
   done = progress.ShardCounter(task.staging, name)
   anns = unique_files(map(packed.unpack, task.images), errors)
   workers = task.read_ahead or (read_ahead_workers(anns[0].uri) if anns else 0)
   limit = task.options.max_image_bytes  # larger files are rejected from a stat, unread
-  ahead = prefetch(anns, lambda a: fetch(a.uri, limit, a.size_bytes),
+  ahead = prefetch(anns, lambda a: fetch_image(a, task.options),
                    lambda a: min(a.size_bytes or 0, limit), workers, READ_AHEAD_BYTES)
   with _create(partial) as f:
     for ann, fetched in ahead:

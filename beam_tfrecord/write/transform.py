@@ -133,8 +133,9 @@ class WriteShards(beam.PTransform):
 
   Side inputs: label_map ({name: id}, singleton) and plan (shard_plan.ShardPlan, singleton).
   Writes STAGING/SPLIT-SSSSS-of-NNNNN.tfrecord, examples sorted by (key, uri), byte-identical
-  across runs. A file annotated more than once is written once (the others are reported):
-  the plan sends all its annotations to one shard, so this costs no shuffle of its own.
+  across runs. A file annotated more than once in a split is written once there (the others
+  are reported): the plan sends all its annotations in that split to one shard, so this costs
+  no shuffle of its own; a file in two splits is written to each (ShardPlan.overlaps).
   A stats entry's `path` is the name from `template`, `staged` the staging name if different.
   """
 

@@ -96,6 +96,20 @@ for stale in "$DEST"/versions/.inprogress-*; do
   rm -rf -- "$stale"
 done
 
+# LATEST is ours only as versions/NAME, a plain name in DEST/versions (what the publish step
+# below makes): a LATEST edited to point elsewhere is refused, not followed or replaced.
+LATEST_NAME=""
+if [ -L "$DEST/LATEST" ]; then
+  target="$(readlink "$DEST/LATEST")"
+  case "$target" in versions/*) LATEST_NAME="${target#versions/}" ;; esac
+  case "$LATEST_NAME" in
+    ''|.*|*/*|*\\*)
+      log "LATEST points to $target, not a version in $DEST/versions; nothing changed" \
+          "(fix or remove LATEST)"
+      exit 1 ;;
+  esac
+fi
+
 VERSION="$(date -u +%Y%m%dT%H%M%SZ)"
 n=1
 while [ -e "$DEST/versions/$VERSION" ]; do VERSION="$(date -u +%Y%m%dT%H%M%SZ)-$n"; n=$((n + 1)); done
@@ -103,8 +117,8 @@ WORK="$DEST/versions/.inprogress-$VERSION"
 mkdir -p "$WORK" || exit 1
 
 LATEST_DIR=""
-if [ -L "$DEST/LATEST" ] && [ -f "$DEST/LATEST/manifest.json" ]; then
-  LATEST_DIR="$(cd "$DEST/LATEST" && pwd -P)"
+if [ -n "$LATEST_NAME" ] && [ -f "$DEST/versions/$LATEST_NAME/manifest.json" ]; then
+  LATEST_DIR="$DEST/versions/$LATEST_NAME"
 fi
 IF_CHANGED=()
 if [ "$FORCE" = 0 ]; then

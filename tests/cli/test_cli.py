@@ -107,6 +107,8 @@ def test_pipeline_modules_help(module, capsys):
      "sum to 1"),
     (["convert", "--format=coco", "--input=a.json", "--output=o", "--num-shards=2",
       "--shard-size-mb=5"], "not allowed with"),
+    *[(["convert", "--format=coco", "--input=a.json", "--output=o", f"--shard-size-mb={mb}"],
+       "--shard-size-mb must be a positive number") for mb in ("nan", "inf", "-inf", "0")],
     (["convert", "--format=labelme", "--input=a.json", "--output=o"], "invalid choice"),
     (["convert", "--format=coco", "--input=a.json"], "--output"),
     (["convert", "--format=csv", "--input=a.csv", "--output=o", "--csv-columns=file=path"],
@@ -181,11 +183,14 @@ def test_yolo_and_folders_pipeline_modules(small_dataset, tmp_path):
                for split in manifest["splits"]) == len(small_dataset.images)
 
 
-def test_unknown_options_reach_beam(small_dataset, tmp_path):
-  """An option the tool does not know is a Beam pipeline option: Beam itself rejects a bad one."""
-  with pytest.raises(ValueError, match="NoSuchRunner"):
-    cli.main(["convert", "--format=csv", *small_dataset.inputs("csv"),
-              f"--output={tmp_path / 'out'}", "--runner=NoSuchRunner"])
+def test_unknown_options_reach_beam(small_dataset, tmp_path, capsys):
+  """An option the tool does not know is a Beam pipeline option; a runner Beam does not know
+  is one line and exit 2 (no 'did you mean' for a name close to none), nothing written."""
+  assert cli.main(["convert", "--format=csv", *small_dataset.inputs("csv"),
+                   f"--output={tmp_path / 'out'}", "--runner=NoSuchRunner"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("beam-tfrecord: error: unknown --runner NoSuchRunner: Beam knows ")
+  assert err.count("\n") == 1 and "DirectRunner" in err and not (tmp_path / "out").exists()
 
 
 @pytest.mark.e2e
@@ -298,6 +303,76 @@ def test_demo_other_formats_and_rerun(fmt, runs, tmp_path, capsys):
                      "--runner=FnApiRunner"]) == 0
     assert "verify: 7 examples parsed with TensorFlow: OK" in capsys.readouterr().out
   assert json.loads((tmp_path / "tfrecords" / "manifest.json").read_text())["format"] == fmt
+  assert (tmp_path / cli.DEMO_MARKER).is_file()  # what lets the next run write here again
+
+
+def _tree(root: Path) -> dict:
+  return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None
+          for p in sorted(root.rglob("*"))}
+
+
+def test_demo_refuses_a_folder_it_did_not_make(tmp_path, capsys):
+  """A user's DIR/data (their own COCO file, CSV, VOC and images): exit 2, one line, every
+  byte as it was, nothing added."""
+  data = tmp_path / "mine" / "data"
+  (data / "voc" / "Annotations").mkdir(parents=True)
+  (data / "images").mkdir()
+  (data / "instances_train.json").write_text('{"images": []}')
+  (data / "train_labels.csv").write_text("filename,class\n")
+  (data / "voc" / "Annotations" / "a.xml").write_text("<annotation/>")
+  (data / "images" / "a.jpg").write_bytes(b"\xff\xd8 not the demo's")
+  before = _tree(tmp_path / "mine")
+  assert cli.main(["demo", "--output", str(tmp_path / "mine")]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and err.startswith("beam-tfrecord: error: demo --output ")
+  assert "did not write (data)" in err
+  assert _tree(tmp_path / "mine") == before
+
+
+@pytest.mark.parametrize("command", ["convert", "demo"])
+def test_misspelt_runner_is_one_line(command, tmp_path, capsys):
+  out = tmp_path / "out"
+  args = (["convert", "--format", "coco", "--input", str(tmp_path / "a.json")]
+          if command == "convert" else ["demo"])
+  assert cli.main([*args, "--output", str(out), "--runner=DirectRuner"]) == 2
+  assert capsys.readouterr().err == (
+      "beam-tfrecord: error: unknown --runner DirectRuner: did you mean DirectRunner?\n")
+  assert not out.exists()
+
+
+def test_check_runner():
+  for name in ("DirectRunner", "directrunner", "Direct", "FnApiRunner", "dataflow",
+               "my.module.Runner", None):
+    cli.check_runner(name)  # as Beam matches them (dotted names are Beam's to load)
+  with pytest.raises(cli.UsageError, match="Beam knows BundleBasedDirectRunner, "):
+    cli.check_runner("Spaceship")
+
+
+def test_demo_folder_rules(tmp_path):
+  new = tmp_path / "new"
+  cli.claim_demo_folder(str(new))  # made here: marked
+  assert [p.name for p in new.iterdir()] == [cli.DEMO_MARKER]
+  cli.claim_demo_folder(str(new))  # its own: again
+  (new / "data").mkdir()
+  (new / "show.png").write_bytes(b"png")
+  cli.claim_demo_folder(str(new))
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  cli.claim_demo_folder(str(empty))  # nothing in it to overwrite
+  assert (empty / cli.DEMO_MARKER).is_file()
+  (new / "notes.txt").write_text("mine")  # the demo's folder, with a file of the user's
+  with pytest.raises(cli.UsageError, match="holds notes.txt besides the demo's own"):
+    cli.claim_demo_folder(str(new))
+  linked = tmp_path / "linked"
+  linked.mkdir()
+  (linked / cli.DEMO_MARKER).write_text("")
+  os.symlink(str(tmp_path / "new"), str(linked / "data"))  # would write through the link
+  with pytest.raises(cli.UsageError, match="holds data besides"):
+    cli.claim_demo_folder(str(linked))
+  (tmp_path / "file").write_text("x")
+  with pytest.raises(cli.UsageError, match="is not a folder"):
+    cli.claim_demo_folder(str(tmp_path / "file"))
+  assert (tmp_path / "file").read_text() == "x" and (new / "notes.txt").read_text() == "mine"
 
 
 @pytest.mark.e2e

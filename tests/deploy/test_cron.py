@@ -152,3 +152,40 @@ def test_overlap_and_a_hard_kill(setup):
   assert "removing the unfinished run" in err
   assert [n for n in versions(dest) if n.startswith(".")] == []
   assert latest(dest) is not None and (dest / "LATEST" / "manifest.json").exists()
+
+
+def test_an_edited_manifest_or_latest_deletes_nothing_outside(setup, tmp_path):
+  """A reproduced failure: a manifest in LATEST edited to list '../' and absolute names made
+  the next run (sources changed) delete those files, and the wrapper logged 'done'. Now the
+  conversion refuses it (exit 2), the wrapper publishes nothing, and a LATEST pointing out of
+  DEST/versions is refused before anything runs."""
+  data, dest, env, args, _ = setup
+  code, err = wrapper(env, args)
+  assert code == 0, err
+  published = versions(dest)
+  victims = [tmp_path / "victim-relative", tmp_path / "victim-absolute"]
+  for victim in victims:
+    victim.write_bytes(b"not the tool's")
+  manifest_path = dest / "LATEST" / "manifest.json"
+  manifest = json.loads(manifest_path.read_text())
+  # the run's output is DEST/versions/.inprogress-VERSION: three levels below tmp_path
+  manifest["files"] += [f"../../../{victims[0].name}", str(victims[1])]
+  manifest_path.write_text(json.dumps(manifest))
+  touch_new_image(data, "new_1.jpg")
+  code, err = wrapper(env, args)
+  log = (dest / "logs" / "cron.log").read_text()
+  assert code == 2 and "convert failed with status 2" in err, err
+  assert "plain names" in log and "Nothing was deleted" in log
+  assert all(v.read_bytes() == b"not the tool's" for v in victims)
+  assert versions(dest) == published and latest(dest) == f"versions/{published[0]}"
+  assert log.count(": done, LATEST") == 1  # the first run only
+
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  (elsewhere / "manifest.json").write_text(json.dumps(manifest))
+  os.unlink(dest / "LATEST")
+  os.symlink("../elsewhere", dest / "LATEST")
+  code, err = wrapper(env, args)
+  assert code == 1 and "LATEST points to ../elsewhere" in err, err
+  assert versions(dest) == published and os.readlink(dest / "LATEST") == "../elsewhere"
+  assert all(v.exists() for v in victims) and sorted(os.listdir(elsewhere)) == ["manifest.json"]

@@ -265,6 +265,7 @@ EXAMPLES = {  # a realistic value per template parameter
     "shard_size_mb": "200",
     "sink": "shards",
     "csv_columns": "filename=path,class=label",
+    "csv_normalized": "true",
     "bbox_policy": "drop",
     "allow_absolute_paths": "true",
     "follow_symlinks": "true",

@@ -112,3 +112,130 @@ def test_the_card_is_one_of_the_runs_own_files(tmp_path, capsys):
   assert "README.md" in capsys.readouterr().err
   assert [p.name for p in mine.iterdir()] == ["README.md"]
   assert (mine / "README.md").read_text() == "my notes"
+
+
+NASTY = ["a|b", "two\nlines", "<script>alert(1)</script>", "back`tick`s", "*bold* & [link](x)"]
+
+
+def _rendered_tables(text: str) -> List[List[List[str]]]:
+  """Every table of the card as a Markdown renderer (CommonMark + GFM tables) sees it: rows of
+  cell texts, HTML entities decoded and tags (code) removed."""
+  import html
+
+  from markdown_it import MarkdownIt
+  md = MarkdownIt("commonmark").enable("table")
+  tables, row, inside = [], None, False
+  for token in md.parse(text):
+    if token.type == "table_open":
+      tables.append([])
+    elif token.type == "tr_open":
+      row = []
+    elif token.type == "tr_close":
+      tables[-1].append(row)
+    elif token.type in ("th_open", "td_open"):
+      inside = True
+    elif token.type in ("th_close", "td_close"):
+      inside = False
+    elif token.type == "inline" and inside:
+      row.append(html.unescape(re.sub(r"<[^>]+>", "", md.renderInline(token.content))))
+  return tables
+
+
+def test_card_escapes_names_and_paths_for_tables_and_html():
+  """Class, split and path names with |, a newline, HTML and backquotes: every table keeps
+  its columns, no tag of the input reaches the HTML, each name reads as written."""
+  from markdown_it import MarkdownIt
+  label_map = {name: i for i, name in enumerate(NASTY, start=1)}
+  manifest = {
+      "schema": "classification", "format": "folders", "status": "ok",
+      "config": {"output": "/data/o|ut<b>", "inputs": ["/in/x|y\nz<i>.json"],
+                 "images": ["/img/`root`"]},
+      "label_map": label_map, "features": {"image/encoded": {"dtype": "string",
+                                                             "kind": "fixed"}},
+      "splits": {"tr|ain<u>": {"examples": 5, "objects": 0, "num_shards": 1, "bytes": 10,
+                               "classes": {n: 1 for n in NASTY}, "shards": []}},
+      "totals": {"examples": 5, "objects": 0, "bytes": 10},
+      "errors": {"count": 0}}
+  text = card.render(manifest)
+  rendered = MarkdownIt("commonmark").enable("table").render(text)
+  for tag in ("<script", "<b>", "<i>", "<u>"):
+    assert tag not in rendered, tag
+  source, splits, classes, features = _rendered_tables(text)
+  for table in (source, splits, classes, features):
+    assert len({len(row) for row in table}) == 1, table  # no row split, no extra column
+  assert [row[1] for row in classes[1:]] == [n.replace("\n", "\\n") for n in NASTY]
+  assert classes[0][2] == splits[1][0] == "tr|ain<u>"
+  cells = {row[0]: row[1] for row in source}
+  assert cells["annotations"] == "/in/x|y\\nz<i>.json"
+  assert cells["images"] == "/img/'root'"  # a backquote cannot live in a code span
+  title = text.splitlines()[0]
+  assert "<b>" not in title and "&lt;b&gt;" in title and "\\|" in title
+  # the output path in the code blocks: valid Python, and no backquote closes the fence
+  blocks = _python_blocks(text)
+  assert len(blocks) == 2
+  for block in blocks:
+    compile(block, "card", "exec")
+    assert "```" not in block
+
+
+def test_card_names_renamed_features_from_the_runs_config():
+  """The pipeline records --feature-names in the manifest's config ('OLD=NEW,...'): the card
+  shows them and its snippet decodes the renamed image key."""
+  manifest = {"schema": "tutorial", "config": {"output": "o",
+                                               "feature_names": "depth=channels,image_raw=image"},
+              "features": {k: {"dtype": d, "kind": "fixed"} for k, d in (
+                  ("height", "int64"), ("width", "int64"), ("channels", "int64"),
+                  ("label", "int64"), ("image", "string"))},
+              "splits": {}, "label_map": {}}
+  text = card.render(manifest)
+  assert "| renamed features | `depth` → `channels`, `image_raw` → `image` |" in text
+  assert "example['image']" in card.tf_data_snippet(manifest)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("options", [
+    ["--shard-name-template", "{split}_{index}.rec", "--num-shards", "2"],
+    ["--schema", "tutorial", "--feature-names", "depth=channels,image_raw=image"],
+    ["--shard-name-template", "{split}.{index:03d}.bin", "--feature-names",
+     "image/encoded=jpeg,image/object/class/text=names"],
+], ids=["template", "tutorial-renamed", "template-and-od-renamed"])
+def test_card_code_blocks_run_on_custom_shard_names_and_renamed_features(tmp_path, options):
+  """Every python block of the card, run as written in a fresh Python, reads all records of
+  the output: shard names from the manifest, features by their final names; reader.show
+  draws them (the card's second block), `show` and `inspect` read them."""
+  out = tmp_path / "out"
+  if "tutorial" in options:  # one class per image: class folders
+    from PIL import Image
+    for i, name in enumerate(["cat", "cat", "dog", "dog", "dog"]):
+      (tmp_path / "data" / name).mkdir(parents=True, exist_ok=True)
+      Image.new("RGB", (40 + i, 30), (20 * i, 90, 160)).save(tmp_path / "data" / name /
+                                                              f"{i}.png")
+    source = ["--format=folders", f"--input={tmp_path / 'data'}"]
+  else:
+    source = ["--format=coco", *_spaced_dataset(tmp_path / "data").inputs("coco")]
+  run_cli("convert", *source, f"--output={out}", *options)
+  m = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+  shards = [s["path"] for e in m["splits"].values() for s in e["shards"]]
+  default_names = [bool(re.search(r"-\d{5}-of-\d{5}", p)) for p in shards]
+  assert shards and set(default_names) == {"--shard-name-template" not in options}
+  text = (out / "README.md").read_text(encoding="utf-8")
+  blocks = _python_blocks(text)
+  assert len(blocks) == 2
+  check = ("\nimport PIL.Image\nassert isinstance(reader.show(OUTPUT_FOR_SHOW, n=4), "
+           "PIL.Image.Image)\nprint('shown')\n")
+  script = "\n".join(f"exec({b!r}, {{}})" for b in blocks) + \
+      f"\nfrom beam_tfrecord import reader\nOUTPUT_FOR_SHOW = {str(out)!r}" + check
+  result = run_python(["-c", script])
+  assert result.returncode == 0, result.stderr[-3000:]
+  split = card.default_split(m)
+  assert f"{m['splits'][split]['examples']} examples" in result.stdout.splitlines()
+  assert "shown" in result.stdout
+  picture = tmp_path / "show.png"
+  assert cli.main(["show", str(out), "--output", str(picture), "-n", "4"]) == 0
+  assert picture.stat().st_size > 0
+  result = run_python(["-m", "beam_tfrecord.cli", "inspect", str(out), "--json"])
+  assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+  stats = json.loads(result.stdout)
+  assert stats["records_match_manifest"]
+  assert {s: v["records"] for s, v in stats["splits"].items()} == \
+      {s: e["examples"] for s, e in m["splits"].items()}

@@ -33,7 +33,8 @@ def test_default_template_gives_the_default_names():
 
 def test_template_fields():
   assert naming.template_fields("file_{index:02d}-{count}.tfrec") == {"index", "count"}
-  assert naming.format_shard_name("{split}/{index}", "a", 1, 2, 3) == "a/1"  # formatting only
+  with pytest.raises(ValueError):  # every name formatted is checked, not one sample
+    naming.format_shard_name("{split}/{index}", "a", 1, 2, 3)
   assert naming.format_shard_name("{split}.{index:03d}.{num_shards}.{count:04d}.rec",
                                     "train", 7, 12, 41) == "train.007.12.0041.rec"
 
@@ -169,6 +170,33 @@ def test_clash_is_a_usage_error_before_anything_is_written(dataset, tmp_path, ca
   assert not output.exists()
 
 
+# Templates whose sample name ('train', shard 1 of 2) is plain but whose names for other
+# splits are not: a fill character pads short split names only. '{split:/^5}' makes 'val'
+# '/val/' (a directory at the file system's root); '{split:.>5}' makes it a hidden '..val'.
+SPLIT_DEPENDENT = ["{split:/>12}-{index}.tfrecord", "{split:/>5}-{index}.tfrecord",
+                   "{split:/^5}probe-{index}.rec", "{split:\\>5}-{index}.rec",
+                   "{split:.>5}-{index}.rec"]
+
+
+@pytest.mark.parametrize("template", SPLIT_DEPENDENT)
+def test_names_are_checked_for_every_split_and_shard(template):
+  for shards in (2, None):  # with the shard counts known or not (--shard-size-mb)
+    with pytest.raises(UsageError, match="--shard-name-template"):
+      naming.check_names(template, {"train", "val"}, shards)
+  plans = [_plan("train", 3, num_shards=1), _plan("val", 3, num_shards=1)]
+  with pytest.raises(ValueError, match="nothing was written"):  # the plan step's check
+    naming.shard_names(plans, template)
+
+
+def test_separators_anywhere_in_a_template_are_refused_whatever_the_splits():
+  """Splits may be known only once the data is read: a separator in the text or a format
+  spec is refused by itself."""
+  for template in ("{split:/>5}-{index}", "{split:/>12}-{index}", "{index:/>3}-{split}",
+                   "/tmp/x-{split}", "x\\{split}-{index}"):
+    with pytest.raises(UsageError):
+      naming.template_fields(template)
+
+
 def test_check_names_enumerates_known_splits_and_shard_counts():
   naming.check_names("{split}-{index}.rec", {"a", "a1"}, 11)
   with pytest.raises(UsageError, match="'a10.rec'"):
@@ -217,6 +245,24 @@ def test_clash_found_by_the_plan_step_writes_nothing(dataset, tmp_path, capsys):
   written = [os.path.join(d, f) for d, _, files in os.walk(output) for f in files]
   assert not [f for f in written if f.endswith(".rec") or ".part-" in f], written
   assert not os.path.exists(output / "manifest.json")
+
+
+@pytest.mark.parametrize("template,extra", [
+    *[(t, ["--num-shards=2"]) for t in SPLIT_DEPENDENT],
+    ("{split:.>5}-{index}.rec", ["--shard-size-mb=1"]),  # shard counts unknown at build time
+    ("/tmp/x-{split}", ["--num-shards=1"]),  # no {index} needed: an absolute name
+    ("{split:/^5}x", ["--num-shards=1"]),    # the same for split val only: '/val/x'
+])
+def test_a_template_naming_files_outside_is_exit_2_before_anything_is_written(
+    dataset, tmp_path, capsys, template, extra):
+  """A reproduced failure: names were checked on one sample with split 'train'; a fill put
+  '/' into val's names, whose shards went to the file system's root, and verify said OK."""
+  output = tmp_path / "out"
+  run = bd.convert(["--format=coco", *dataset.inputs("coco"), "--output", str(output),
+                    f"--shard-name-template={template}", *extra], capsys)
+  assert run.code == 2 and "--shard-name-template" in run.stderr
+  assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+  assert not output.exists()
 
 
 def test_beam_sink_refuses_templates(dataset, tmp_path, capsys):

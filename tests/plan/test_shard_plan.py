@@ -82,15 +82,38 @@ def test_plan_over_key_and_uri_counts_same_names_under_two_roots():
                                                      for k in "abcdefg"]
 
 
-def test_plan_routes_every_annotation_of_a_file_to_the_winner():
+def test_plan_routes_every_annotation_of_a_file_in_a_split_to_the_winner():
   entries = {}
   for source, split in (("b.json", "val"), ("a.json", "train"), ("a.json", "train")):
     shard_plan.add_plan_entry(entries, "/r/x.jpg", (source, "7", split, "x.jpg", 5, 1, 1))
   shard_plan.add_plan_entry(entries, "/r/y.jpg", ("b.json", "8", "val", "y.jpg", 5, 1, 1))
   plan = shard_plan.make_plan(entries, None, None)
-  assert plan.duplicates == {"/r/x.jpg": ("train", "x.jpg")}
-  assert plan.splits["train"].count == 1 and plan.splits["val"].count == 1
-  assert plan.route("val", "x.jpg", "/r/x.jpg") == ("train", 0)
+  # twice in train: one image there; also in val: an image of val too (written to both)
+  assert plan.duplicates == {("/r/x.jpg", "train"): ("train", "x.jpg")}
+  assert plan.splits["train"].count == 1 and plan.splits["val"].count == 2
+  assert plan.route("val", "x.jpg", "/r/x.jpg") == ("val", 0)
+  assert plan.route("train", "x.jpg", "/r/x.jpg") == ("train", 0)
+  assert plan.overlaps == {"/r/x.jpg": (("train", "a.json", "x.jpg"),
+                                        ("val", "b.json", "x.jpg"))}
+
+
+def test_a_file_in_two_splits_is_one_warning():
+  """train = val (Ultralytics' coco128.yaml): each file in both, one warning per file."""
+  entries = {}
+  for split in ("val", "train"):
+    for name in ("a.jpg", "b.jpg"):
+      shard_plan.add_plan_entry(entries, f"/r/{name}", ("d.yaml", name, split, name, 5, 1, 1))
+  plan = shard_plan.make_plan(entries, 1, None)
+  assert plan.splits["train"].count == plan.splits["val"].count == 2
+  assert plan.duplicates == {}
+  warnings = shard_plan.overlap_warnings(plan)
+  assert [(w.reason, w.level, w.key, w.source) for w in warnings] == [
+      ("in_two_splits", "warning", "a.jpg", "d.yaml"), ("in_two_splits", "warning", "b.jpg",
+                                                        "d.yaml")]
+  assert "/r/a.jpg is in splits train, val" in warnings[0].message
+  single = {}
+  shard_plan.add_plan_entry(single, "/r/a.jpg", ("d.yaml", "a", "train", "a.jpg", 5, 1, 1))
+  assert shard_plan.overlap_warnings(shard_plan.make_plan(single, 1, None)) == []
 
 
 def test_records_per_shard_fills_in_key_order_and_keeps_images_whole():

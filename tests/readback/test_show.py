@@ -157,3 +157,45 @@ def test_show_without_shard_counts_samples_in_one_pass(shared, dataset):
   assert set(names) <= {im.file_name for im in dataset.images if im.split == "val"}
   assert names == [t["name"] for t in reader_show(str(out), split="val", n=5, seed=2)
                    .info["tiles"]]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("point", ["swap-journal", "swap-old-manifest"])
+def test_show_inspect_and_reader_on_an_interrupted_swap_name_verify_repair(tmp_path, capsys,
+                                                                          point):
+  """A run killed while replacing the output (its old manifest still there, or already
+  gone): show, inspect and reader.load say so in one line (exit 2) naming
+  `beam-tfrecord verify --repair`, never a traceback and never a read of a half-swapped
+  output; after the repair they read it."""
+  import subprocess
+  import sys
+
+  from conftest import subprocess_env
+
+  from beam_tfrecord.finalize.output import IncompleteOutput
+  from beam_tfrecord.readback import reader
+  ds = _spaced_dataset(tmp_path / "data")
+  out = tmp_path / "out"
+  convert = ["convert", "--format=coco", *ds.inputs("coco"), f"--output={out}", "--overwrite"]
+  run_cli(*convert)
+  proc = subprocess.run([sys.executable, "-m", "beam_tfrecord.cli", *convert],
+                        env=subprocess_env(BEAM_TFRECORD_KILL_AT=point),
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == -9, proc.stderr[-2000:]
+  picture = tmp_path / "show.png"
+  for argv in (["show", str(out), "--output", str(picture)], ["inspect", str(out)],
+               ["inspect", str(out), "--json"]):
+    capsys.readouterr()
+    assert cli.main(argv) == 2, argv
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    assert lines[0].startswith("beam-tfrecord: error: ")
+    assert f"`beam-tfrecord verify --repair {out}`" in lines[0]
+    assert captured.out == ""
+  assert not picture.exists()
+  with pytest.raises(IncompleteOutput, match="verify --repair"):
+    reader.load(str(out), "train")
+  assert cli.main(["verify", "--repair", str(out)]) == 0
+  assert cli.main(["show", str(out), "--output", str(picture)]) == 0
+  assert cli.main(["inspect", str(out)]) == 0

@@ -33,6 +33,39 @@ def test_registry_and_label_files():
     label_map.parse(text)
 
 
+def test_first_id_depends_on_whether_the_source_labels_whole_images(tmp_path):
+  """The tutorial schema numbers an image-level source's classes from 0, as classification
+  and Keras do, and a box source's from 1 (ids shared with its label map)."""
+  assert schemas.get("tutorial").first_id_for(True) == 0
+  assert schemas.get("tutorial").first_id_for(False) == 1
+  assert schemas.get("od-api").first_id_for(True) == 1  # no override: FIRST_ID
+  assert schemas.first_id_of("tutorial") == 0  # verify accepts both numberings
+
+  def config(fmt, schema):
+    return ConvertConfig(format=fmt, inputs=[str(tmp_path)], output=str(tmp_path / "o"),
+                         schema=schema)
+  assert config("folders", "tutorial").first_id() == 0
+  assert config("folders", "classification").first_id() == 0
+  assert config("voc", "tutorial").first_id() == 1
+  assert config("voc", "od-api").first_id() == 1
+
+
+@pytest.mark.parametrize("fmt,schema,refused", [
+    ("folders", "od-api", True), ("folders", "coco-objects", True),
+    ("folders", "classification", False), ("folders", "tutorial", False),
+    ("voc", "od-api", False), ("voc", "classification", False)])
+def test_box_schemas_are_refused_for_image_level_sources(tmp_path, fmt, schema, refused):
+  from beam_tfrecord.errors import UsageError
+  config = ConvertConfig(format=fmt, inputs=[str(tmp_path)], output=str(tmp_path / "o"),
+                         schema=schema)
+  if not refused:
+    config.check_resolved()
+    return
+  with pytest.raises(UsageError, match=f"--schema {schema} writes boxes only.*use --schema "
+                     "classification or tutorial"):
+    config.check_resolved()
+
+
 @pytest.mark.e2e
 def test_per_object_schema_through_the_pipeline(small_dataset, tmp_path, monkeypatch):
   """A schema writing one record per object (as issue 10's coco-objects will): the sinks

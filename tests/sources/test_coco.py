@@ -14,7 +14,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from bad_data import Coco, convert, jpeg
 
-from beam_tfrecord.errors import EXIT_USAGE
+from beam_tfrecord.errors import EXIT_USAGE, UsageError
 from beam_tfrecord.records.model import Box, ImageAnnotation, InputError
 from beam_tfrecord.sources import coco
 from beam_tfrecord.sources.coco import ReadCoco
@@ -484,3 +484,23 @@ def test_category_zero_scan(tmp_path):
   for chunk in (5, 16, 1 << 20):
     assert coco_source.uses_category_zero(str(used), chunk) is True
     assert coco_source.uses_category_zero(str(unused), chunk) is False
+
+
+def test_check_input_streams_deep_nesting_in_constant_memory(tmp_path):
+  """The launcher's check walks ijson's flat events (ijson.parse's prefixes made 20,000 '['
+  cost 1.2 GB): a nesting bomb before `images` is left to the pipeline (too_deep) at once,
+  and `images` after a deep but allowed value is still found."""
+  import resource
+  import time
+  bomb = "[" * 20_000 + "]" * 20_000
+  path = tmp_path / "bomb.json"
+  path.write_text('{"info": %s, "images": []}' % bomb)
+  before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  start = time.perf_counter()
+  coco.check_input(str(path))  # returns: the pipeline reports too_deep
+  assert time.perf_counter() - start < 5
+  assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024  # kB
+  nested = "[" * (coco.MAX_DEPTH - 2) + "]" * (coco.MAX_DEPTH - 2)
+  path.write_text('{"info": %s, "images": []}' % nested)
+  with pytest.raises(UsageError, match="`images` array is empty"):
+    coco.check_input(str(path))

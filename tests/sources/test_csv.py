@@ -192,3 +192,102 @@ def test_csv_read_rows(data):
       returns_or_input_error(csv_source.parse_row, row)
   except InputError as e:
     assert e.reason in ("malformed_csv", "missing_column")
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalized coordinates (--csv-normalized)
+# ---------------------------------------------------------------------------------------------
+
+def test_csv_parse_row_normalized_boxes():
+  [(_, row)] = _rows("filename,class,xmin,ymin,xmax,ymax\na.jpg,cat,0.1,0.2,0.5,0.75\n")
+  obj = csv_source.parse_row(row, normalized=True)[3]
+  assert obj.box == Box(0.1, 0.2, 0.5, 0.75, normalized=True)
+  assert csv_source.parse_row(row)[3].box == Box(0.1, 0.2, 0.5, 0.75)  # pixels by default
+
+
+@pytest.mark.parametrize("boxes,expected", [
+    ([(0.1, 0.2, 0.5, 0.75), (0, 0, 1.5, 1)], True),
+    ([(0.1, 0.2, 0.5, 0.75), (1, 1, 12, 9)], False),        # one pixel box is enough
+    ([(-0.5, 0.2, 0.5, 0.75)], False),
+    ([(float("nan"), 0.2, 0.5, 0.75)], True),              # non-finite: rejected anyway
+    ([], False),                                           # no box: nothing to judge
+])
+def test_csv_coordinate_range_looks_normalized(boxes, expected):
+  seen = csv_source.CoordinateRange()
+  for box in boxes:
+    seen.add(Box(*box))
+  assert seen.looks_normalized() is expected
+
+
+def _normalized_csv(tmp_path, rows):
+  import bad_data as bd
+  for name in ("a.jpg", "b.jpg"):
+    bd.write_bytes(str(tmp_path / name), bd.jpeg((64, 48)))
+  path = tmp_path / "labels.csv"
+  path.write_text("filename,width,height,class,xmin,ymin,xmax,ymax\n"
+                  + "".join(f"{r}\n" for r in rows))
+  return str(path)
+
+
+NORMALIZED_ROWS = ["a.jpg,64,48,cat,0.125,0.25,0.5,0.75", "a.jpg,64,48,dog,0.5,0.5,1,1",
+                   "b.jpg,64,48,cat,0.25,0.125,0.75,0.5"]
+
+
+@pytest.mark.e2e
+def test_csv_normalized_coordinates_warn_once_and_read_with_the_option(tmp_path):
+  import bad_data as bd
+  csv_path = _normalized_csv(tmp_path, NORMALIZED_ROWS)
+  run = bd.convert(["--format", "csv", "--input", csv_path, "--output", str(tmp_path / "o")])
+  assert run.code == 0
+  [warning] = run.errors  # one per file, not per row
+  assert (warning["reason"], warning["level"], warning["source"]) == (
+      "looks_normalized", "warning", csv_path)
+  assert "--csv-normalized" in warning["message"]
+
+  fixed = bd.convert(["--format", "csv", "--input", csv_path, "--output", str(tmp_path / "n"),
+                      "--csv-normalized"])
+  assert fixed.code == 0 and fixed.errors == []
+  written = fixed.by_filename()
+  expected = {"a.jpg": [(0.125, 0.25, 0.5, 0.75), (0.5, 0.5, 1, 1)],
+              "b.jpg": [(0.25, 0.125, 0.75, 0.5)]}
+  for name, boxes in expected.items():
+    example = written[name]
+    got = list(zip(*(example[f"image/object/bbox/{k}"] for k in ("xmin", "ymin", "xmax",
+                                                                  "ymax"))))
+    assert got == [pytest.approx(b) for b in boxes]
+
+
+@pytest.mark.e2e
+def test_csv_pixel_coordinates_do_not_warn(tmp_path):
+  import bad_data as bd
+  csv_path = _normalized_csv(tmp_path, ["a.jpg,64,48,cat,8,12,32,36", "b.jpg,64,48,cat,1,1,1.5,1.5"])
+  run = bd.convert(["--format", "csv", "--input", csv_path, "--output", str(tmp_path / "o")])
+  assert run.code == 0 and run.errors == []
+
+
+def test_csv_normalized_is_refused_for_other_formats(tmp_path, capsys):
+  import bad_data as bd
+  (tmp_path / "cls" / "cat").mkdir(parents=True)
+  bd.write_bytes(str(tmp_path / "cls" / "cat" / "a.jpg"), bd.jpeg())
+  run = bd.convert(["--format", "folders", "--input", str(tmp_path / "cls"), "--output",
+                    str(tmp_path / "o"), "--csv-normalized"], capsys)
+  assert run.code == 2 and not (tmp_path / "o").exists()
+  assert run.stderr.count("\n") == 1 and "--csv-normalized applies to --format csv" in run.stderr
+
+
+def test_a_line_over_the_budget_is_refused_after_the_rows_before_it():
+  """A CSV line longer than MAX_LINE_CHARS (one huge field, or millions of commas) is an
+  error of the file, read MAX_LINE_CHARS + 1 characters at a time; the rows before it stay."""
+  header = "filename,width,height,class,xmin,ymin,xmax,ymax\n"
+  good = "a.jpg,64,48,cat,1,1,10,10\n"
+  for bomb in ("," * (csv_source.MAX_LINE_CHARS + 5), "x" * (3 * csv_source.MAX_LINE_CHARS)):
+    rows = csv_source.read_rows(io.BytesIO((header + good + bomb).encode()),
+                                csv_source.parse_column_map(None))
+    assert next(rows)[1]["filename"] == "a.jpg"
+    with pytest.raises(InputError) as e:
+      next(rows)
+    assert e.value.reason == "too_large" and "line 3" in e.value.message
+  at_limit = "b.jpg,64,48,cat,1,1,10,10" + "," * (csv_source.MAX_LINE_CHARS - 27) + "\r\n"
+  rows = list(csv_source.read_rows(io.BytesIO((header + at_limit).encode()),
+                                   csv_source.parse_column_map(None)))
+  assert [row["filename"] for _, row in rows] == ["b.jpg"]

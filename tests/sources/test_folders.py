@@ -129,3 +129,107 @@ def test_csv_classification_listing(small_dataset, tmp_path, capsys):
                               (ds.image_dir / im.file_name).read_bytes())
                              for im in ds.images}, out)
   assert run.manifest["format"] == "csv"
+
+
+@pytest.mark.parametrize("schema", ["od-api", "coco-objects"])
+def test_class_folders_with_a_box_schema_are_refused(small_dataset, tmp_path, capsys, schema):
+  """A box schema writes objects only: every class-folder label would be dropped (errors 0),
+  so the run is refused before anything is written, naming the schemas that fit."""
+  ds = small_dataset
+  root = layouts.write_class_folders(ds.images, ds.image_dir, tmp_path / "flowers")
+  out = tmp_path / "out"
+  run = convert(["--input", str(root), "--output", str(out), "--schema", schema, RUNNER], capsys)
+  assert run.code == 2 and not out.exists()
+  assert run.stderr.startswith("beam-tfrecord: error: ") and run.stderr.count("\n") == 1
+  assert f"--schema {schema}" in run.stderr
+  assert "classification or tutorial" in run.stderr
+
+
+def test_csv_classification_listing_with_a_box_schema_is_refused(small_dataset, tmp_path,
+                                                                  capsys):
+  ds = small_dataset
+  listing = ds.root / "listing.csv"
+  listing.write_text("filename,class\n" + "".join(
+      f"images/{im.file_name},{layouts.image_class(im)}\n" for im in ds.images))
+  out = tmp_path / "out"
+  run = convert(["--format", "csv", "--input", str(listing), "--output", str(out),
+                 "--schema", "od-api", RUNNER], capsys)
+  assert run.code == 2 and not out.exists()
+  assert "classification or tutorial" in run.stderr and run.stderr.count("\n") == 1
+
+
+def test_class_folders_with_the_tutorial_schema_number_classes_from_0(small_dataset, tmp_path):
+  """As the classification schema and Keras number class folders (0..N-1, labels.txt), so the
+  same folders give the same label ids whichever image-level schema writes them."""
+  ds = small_dataset
+  root = layouts.write_class_folders(ds.images, ds.image_dir, tmp_path / "flowers")
+  out = tmp_path / "out"
+  run = convert(["--input", str(root), "--output", str(out), "--schema", "tutorial", RUNNER])
+  assert run.code == 0 and run.manifest["schema"] == "tutorial"
+  names = sorted({layouts.image_class(im) for im in ds.images})
+  ids = {n: i for i, n in enumerate(names)}
+  assert run.manifest["label_map"] == ids
+  assert (out / "labels.txt").read_text(encoding="utf-8") == "".join(n + "\n" for n in names)
+  by_bytes = {(ds.image_dir / im.file_name).read_bytes(): layouts.image_class(im)
+              for im in ds.images}
+  assert len(by_bytes) == len(run.examples) == len(ds.images)
+  assert all(ex["label"] == ids[by_bytes[ex["image_raw"]]] for ex in run.examples)
+  assert {ex["label"] for ex in run.examples} == set(ids.values())
+  assert verify.run(str(out)) == 0
+
+
+def test_symlinked_class_folders_are_followed_with_follow_symlinks(small_dataset, tmp_path,
+                                                                   capsys):
+  """Class folders assembled with ln -s (Keras follows them): without --follow-symlinks one
+  line naming the option, nothing written; with it every image is converted under its
+  folder's class, and a link leading back up the tree (a loop) is walked once, reported."""
+  ds = small_dataset
+  real = layouts.write_class_folders(ds.images, ds.image_dir, tmp_path / "real",
+                                     with_splits=False)
+  root = tmp_path / "flowers"
+  root.mkdir()
+  classes = sorted({layouts.image_class(im) for im in ds.images})
+  for name in classes:
+    (root / name).symlink_to(real / name, target_is_directory=True)
+  (real / classes[0] / "again").symlink_to(real, target_is_directory=True)  # a loop
+  (real / classes[-1] / "up").symlink_to(root, target_is_directory=True)    # another
+  out = tmp_path / "out"
+  run = convert(["--format", "folders", "--input", str(root), "--output", str(out), RUNNER],
+                capsys)
+  assert run.code == 2 and not out.exists()
+  assert run.stderr.startswith("beam-tfrecord: error: ") and run.stderr.count("\n") == 1
+  assert "--follow-symlinks" in run.stderr and str(root / classes[0]) in run.stderr
+
+  run = convert(["--format", "folders", "--input", str(root), "--output", str(out),
+                 "--follow-symlinks", RUNNER], capsys)
+  check_classification(run, {f"{layouts.image_class(im)}/{im.file_name}":
+                             ("train", layouts.image_class(im),
+                              (ds.image_dir / im.file_name).read_bytes())
+                             for im in ds.images}, out)
+  loops = sorted(e["key"] for e in run.errors if e["reason"] == "symlinked_folder")
+  assert loops == sorted([f"{classes[0]}/again", f"{classes[-1]}/up"])
+  assert all("loop" in e["message"] for e in run.errors if e["reason"] == "symlinked_folder")
+
+
+def test_a_symlinked_folder_inside_a_class_folder_is_reported_without_follow_symlinks(
+    small_dataset, tmp_path, capsys):
+  ds = small_dataset
+  root = layouts.write_class_folders(ds.images, ds.image_dir, tmp_path / "flowers",
+                                     with_splits=False)
+  im = ds.images[0]
+  extra = tmp_path / "extra"
+  extra.mkdir()
+  shutil.copy(ds.image_dir / im.file_name, extra / ("more-" + im.file_name))
+  label = layouts.image_class(im)
+  (root / label / "more").symlink_to(extra, target_is_directory=True)
+  out = tmp_path / "out"
+  run = convert(["--format", "folders", "--input", str(root), "--output", str(out), RUNNER],
+                capsys)
+  assert run.code == 0, run.stderr
+  [linked] = [e for e in run.errors if e["reason"] == "symlinked_folder"]
+  assert linked["key"] == f"{label}/more" and linked["level"] == "warning"
+  assert "--follow-symlinks" in linked["message"]
+  assert f"{label}/more/more-{im.file_name}" not in run.by_filename()
+  run = convert(["--format", "folders", "--input", str(root), "--output", str(tmp_path / "o2"),
+                 "--follow-symlinks", RUNNER], capsys)
+  assert run.code == 0 and f"{label}/more/more-{im.file_name}" in run.by_filename()

@@ -295,3 +295,80 @@ def test_voc_train_and_trainval_only_make_a_val_split(tmp_path):
   assert picked.code == 0 and len(picked.examples) == 3
   assert {e["reason"] for e in picked.errors} == {"excluded_by_image_sets"}
   assert {e["level"] for e in picked.errors} == {"warning"}
+
+
+def test_voc_missing_annotations_reports_listed_ids_without_xml():
+  lists = {"train": "/v/ImageSets/Main/train.txt", "val": "/v/ImageSets/Main/val.txt"}
+  joined = {"xml": [], "lists": [["train", "val"]]}
+  [error] = voc.missing_annotations(("c", joined), ["train", "val"], lists)
+  assert (error.reason, error.level, error.source) == ("missing_annotation", "image",
+                                                       lists["train"])
+  assert "'c'" in error.message and "c.xml" in error.message
+  # an XML is there, or only lists that were not chosen name it: nothing to report
+  assert voc.missing_annotations(("c", {"xml": ["/v/Annotations/c.xml"], "lists": [["train"]]}),
+                                 ["train"], lists) == []
+  assert voc.missing_annotations(("c", {"xml": [], "lists": [["val"]]}), ["train"], lists) == []
+
+
+def test_voc_annotation_files_any_case_without_hidden(tmp_path):
+  for name in ("a.xml", "B.XML", "c.Xml", "._a.xml", "notes.txt"):
+    bd.write_bytes(str(tmp_path / "Annotations" / name), b"<annotation/>")
+  found = voc.annotation_files(str(tmp_path))
+  assert [os.path.basename(f) for f in found] == ["B.XML", "a.xml", "c.Xml"]
+
+
+@pytest.mark.e2e
+def test_voc_directory_reads_upper_case_xml_and_reports_listed_ids_without_xml(tmp_path):
+  """Annotations/A.XML is read (as a folder of XMLs reads it); an ImageSets id without its
+  XML is a missing_annotation image error, so --strict fails instead of losing the image."""
+  voc_dir = tmp_path / "VOC"
+  box = [{"name": "cat", "xmin": 2, "ymin": 2, "xmax": 20, "ymax": 20}]
+  for stem, xml_name in (("A", "A.XML"), ("b", "b.xml")):
+    bd.write_bytes(str(voc_dir / "JPEGImages" / f"{stem}.jpg"), bd.jpeg())
+    bd.write_bytes(str(voc_dir / "Annotations" / xml_name),
+                   bd.voc_xml(f"{stem}.jpg", box, size=(64, 48)))
+  bd.write_bytes(str(voc_dir / "JPEGImages" / "c.jpg"), bd.jpeg())  # listed, no XML
+  sets = voc_dir / "ImageSets" / "Main"
+  sets.mkdir(parents=True)
+  (sets / "train.txt").write_text("A\nb\nc\n")
+  run = bd.convert(["--format", "voc", "--input", str(voc_dir), "--output", str(tmp_path / "o")])
+  assert run.code == 0
+  assert {e["filename"]: e["split"] for e in run.examples} == {"A.jpg": "train",
+                                                               "b.jpg": "train"}
+  assert [(e["reason"], e["level"], e["source"]) for e in run.errors] == [
+      ("missing_annotation", "image", str(sets / "train.txt"))]
+  assert "'c'" in run.errors[0]["message"]
+  strict = bd.convert(["--format", "voc", "--input", str(voc_dir), "--output",
+                       str(tmp_path / "s"), "--strict"])
+  assert strict.code == 3
+  assert [e["reason"] for e in strict.errors] == ["missing_annotation"]
+
+
+def test_voc_directory_of_upper_case_xmls_passes_the_input_check(tmp_path):
+  bd.write_bytes(str(tmp_path / "Annotations" / "A.XML"), bd.voc_xml("A.jpg"))
+  voc.check_input([str(tmp_path)])  # before: "has no Annotations/*.xml"
+
+
+def test_parse_xml_budgets(tmp_path):
+  """Depth and size budgets of one annotation XML (memory stays proportional to the file:
+  tests/e2e/test_parser_budgets.py): a valid document nested too deep is refused, not
+  converted; a file over MAX_XML_BYTES is read to MAX_XML_BYTES + 1 bytes only."""
+  deep = 2 * voc.MAX_XML_DEPTH
+  data = (b"<annotation><filename>a.jpg</filename>" + b"<x>" * deep + b"</x>" * deep
+          + b"</annotation>")
+  with pytest.raises(InputError) as e:
+    voc.parse_xml(data)
+  assert e.value.reason == "too_deep"
+  shallow = voc.MAX_XML_DEPTH - 1
+  assert voc.parse_xml(b"<annotation><filename>a.jpg</filename>" + b"<x>" * shallow
+                       + b"</x>" * shallow + b"</annotation>")[0] == "a.jpg"
+  big = bd.voc_xml("a.jpg", prolog="<!--" + "x" * voc.MAX_XML_BYTES + "-->")
+  with pytest.raises(InputError) as e:
+    voc.parse_xml(big)
+  assert e.value.reason == "too_large"
+  (tmp_path / "big.xml").write_bytes(big)
+  with pytest.raises(InputError) as e:
+    voc.read_xml(str(tmp_path / "big.xml"))
+  assert e.value.reason == "too_large"
+  (tmp_path / "ok.xml").write_bytes(bd.voc_xml("a.jpg"))
+  assert voc.read_xml(str(tmp_path / "ok.xml")) == bd.voc_xml("a.jpg")

@@ -188,6 +188,32 @@ def test_gs_output_survives_an_empty_run_and_a_held_lock(emulator, tmp_path, cap
   assert _read_tree(gs_out)["manifest.json"] == before["manifest.json"]
 
 
+def test_gs_manifest_listing_names_outside_the_output_deletes_nothing(emulator, tmp_path,
+                                                                    capsys):
+  """The ownership check holds on gs:// too: a manifest whose 'files' has a '../', an absolute
+  or an empty entry is refused (exit 2) before anything is deleted."""
+  local = str(tmp_path / "data")
+  sample.make_dataset(local, count=6)
+  gs_data = f"gs://{BUCKET}/datasets/owned"
+  _upload(local, gs_data)
+  gs_out = f"gs://{BUCKET}/tfrecords/owned"
+  victim = f"gs://{BUCKET}/tfrecords/victim"
+  with FileSystems.create(victim) as f:
+    f.write(b"not the tool's")
+  assert _convert(gs_data, gs_out) == 0
+  manifest = json.loads(_read_tree(gs_out)["manifest.json"])
+  for entry in ("../victim", victim, "", "a/b"):
+    edited = dict(manifest, files=manifest["files"] + [entry])
+    with FileSystems.create(f"{gs_out}/manifest.json") as f:
+      f.write(json.dumps(edited).encode())
+    before = _read_tree(f"gs://{BUCKET}/tfrecords")
+    capsys.readouterr()
+    assert _convert(gs_data, gs_out, "--overwrite") == 2, entry
+    err = capsys.readouterr().err
+    assert "plain names" in err and len(err.strip().splitlines()) == 1, err
+    assert _read_tree(f"gs://{BUCKET}/tfrecords") == before, entry
+
+
 def test_writer_processes_on_gs_write_the_same_shards(emulator, tmp_path):
   """--writer-processes N asked for explicitly is used for gs:// too: the writers read and
   write through Beam's GCS filesystem (the emulator's address comes with the environment)."""

@@ -52,6 +52,25 @@ def test_clean_name_rejects_escapes(name, reason):
   assert e.value.reason == reason
 
 
+@pytest.mark.parametrize("name", ["manifest.json", "train-00000-of-00002.tfrecord",
+                                  ".beam-tfrecord-run-1", "grå ü.rec", "run1:b", "...x"])
+def test_plain_name_accepts_names_directly_inside(name):
+  assert paths.plain_name(name) == name
+  assert paths.child("gs://b/out", name) == f"gs://b/out/{name}"
+  assert paths.child("/data/out", name) == f"/data/out/{name}"
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "/abs", "../x", "a/b", "a\\b", "\\\\srv\\x",
+                                  "a\x00b", "C:x", "c:\\x", "gs://b/x", None, 3, ["a"]])
+def test_plain_name_refuses_what_could_leave_the_directory(name):
+  """The names every delete, rename and write in an output goes through (manifest entries,
+  the swap journal, formatted shard names)."""
+  with pytest.raises(paths.UnsafeName):
+    paths.plain_name(name)
+  with pytest.raises(ValueError):
+    paths.child("/data/out", name)
+
+
 def test_resolve_inside_root(tmp_path):
   (tmp_path / "sub").mkdir()
   (tmp_path / "sub" / "a.jpg").write_bytes(b"x")
