@@ -715,6 +715,9 @@ def _main(argv: Optional[Sequence[str]]) -> int:
   files.forget_listings()  # one command, one run: object-store listings are cached for it
   parser = make_parser()
   args, beam_args = parser.parse_known_args(argv)
+  if any("gs://" in a for a in argv):
+    from beam_tfrecord.storage import gcs
+    gcs.check_credentials()  # one line, at once, when there are none (not Beam's 30 s)
   if args.command not in ("convert", "demo") and beam_args:
     parser.error(f"unrecognized arguments: {' '.join(beam_args)}")
   check_beam_args(beam_args)

@@ -24,7 +24,12 @@ def check_file(uri: str, what: str) -> None:
     if os.path.getsize(uri) == 0:
       raise UsageError(f"{what} {uri} is empty")
     return
-  if not files.exists(uri):
+  try:
+    found = files.exists(uri, strict=True)
+  except Exception as e:  # no access, no network: say so rather than "no such file"
+    first = (str(e).strip().splitlines() or [""])[0][:200]
+    raise UsageError(f"{what} {uri}: cannot be checked ({type(e).__name__}: {first})") from None
+  if not found:
     raise UsageError(f"{what} {uri}: no such file")
 
 

@@ -25,3 +25,37 @@ def client():
   except Exception:  # another transport: keep its own pooling
     pass
   return client
+
+
+_CREDENTIALS_CHECKED = False
+NO_CREDENTIALS = ("no Google Cloud credentials found (set GOOGLE_APPLICATION_CREDENTIALS, or run "
+                  "`gcloud auth application-default login`); gs:// is read anonymously, which "
+                  "works for public buckets only")
+
+
+def check_credentials() -> bool:
+  """Look for Application Default Credentials once per process, before Beam does.
+
+  Without them, Beam's own lookup retried with backoff for ~30 s and then connected
+  anonymously with a logged traceback; here one lookup decides, one line says what is
+  missing and how to set it, and Beam is told to connect anonymously at once (its cached
+  answer, pinned by tests/cli/test_private_apis.py). True when credentials were found (or an
+  emulator is configured)."""
+  global _CREDENTIALS_CHECKED
+  import os
+  import sys
+  if _CREDENTIALS_CHECKED or os.environ.get("STORAGE_EMULATOR_HOST"):
+    return True
+  _CREDENTIALS_CHECKED = True
+  import google.auth
+  from google.auth.exceptions import DefaultCredentialsError
+  try:
+    google.auth.default()
+    return True
+  except DefaultCredentialsError:
+    pass
+  print(f"beam-tfrecord: {NO_CREDENTIALS}", file=sys.stderr, flush=True)
+  from apache_beam.internal.gcp import auth
+  with auth._Credentials._credentials_lock:
+    auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
+  return False

@@ -47,3 +47,11 @@ def test_our_deprecation_warnings_are_errors():
                            module="beam_tfrecord.storage.files")
   warnings.warn_explicit("their old call", DeprecationWarning, "y.py", 1,
                          module="apache_beam.io.filesystems")
+
+
+def test_beam_credentials_cache_can_be_set_to_anonymous():
+  """storage/gcs.check_credentials tells Beam to connect anonymously at once by setting its
+  cached answer (_Credentials._credentials_init / _credentials under _credentials_lock)."""
+  from apache_beam.internal.gcp import auth
+  assert hasattr(auth._Credentials, "_credentials_lock")
+  assert {"_credentials_init", "_credentials"} <= set(vars(auth._Credentials))

@@ -280,3 +280,27 @@ def test_gs_listing_is_one_level_and_cached(emulator, monkeypatch):
   files.forget_listings()
   files.list_dir(root)
   assert len(calls) == 5  # a new run lists again
+
+
+def test_no_credentials_is_one_line_at_once(tmp_path):
+  """Without Application Default Credentials, one line says what is missing and Beam connects
+  anonymously at once, instead of retrying its lookup for ~30 s without a word."""
+  code = ("import time, sys\n"
+          "t = time.monotonic()\n"
+          "from beam_tfrecord.storage import gcs\n"
+          "found = gcs.check_credentials()\n"
+          "from apache_beam.internal.gcp import auth\n"
+          "from apache_beam.options.pipeline_options import PipelineOptions\n"
+          "creds = auth._Credentials.get_service_credentials(PipelineOptions([]))\n"
+          "print(found, creds, round(time.monotonic() - t))\n")
+  env = {k: v for k, v in os.environ.items()
+         if k not in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")}
+  env.update(HOME=str(tmp_path), CLOUDSDK_CONFIG=str(tmp_path / "gcloud"), NO_GCE_CHECK="True")
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120)
+  assert result.returncode == 0, result.stderr[-2000:]
+  found, creds, seconds = result.stdout.split()
+  assert (found, creds) == ("False", "None") and int(seconds) < 15
+  lines = [l for l in result.stderr.splitlines() if l.startswith("beam-tfrecord:")]
+  from beam_tfrecord.storage import gcs
+  assert lines == [f"beam-tfrecord: {gcs.NO_CREDENTIALS}"]
