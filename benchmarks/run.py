@@ -10,6 +10,7 @@ tree's user+sys. Each metric is the median over --repeats runs; runs are interle
   python benchmarks/run.py --variants tool --beam-args "--direct_running_mode=multi_threading"
       --beam-args "--direct_running_mode=multi_processing --direct_num_workers=2"
   python benchmarks/run.py --scale --images 2000
+  python benchmarks/run.py --small-images 200000,1000000 --repeats 1
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import dataset as datasets  # noqa: E402  (benchmarks/ is not a package)
 import official_converter  # noqa: E402
+import small_dataset  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 SAMPLE_SECONDS = 0.05
@@ -73,8 +75,14 @@ BUILTIN = {
     "read": Variant("read", "(5) I/O floor: read each file", "naive", ["read"]),
     "official": Variant("official", "(6) official/vision create_coco_tf_record, 1 process",
                         "official", []),
+    "tool-mp": Variant("tool-mp", "(1) multi_processing, 2 workers", "tool",
+                       ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]),
 }
 DEFAULT_VARIANTS = ("tool", "beam-sink", "naive", "naive-nodecode", "read", "official")
+# --small-images: the scale issue's rows and shard count (every tool row gets SMALL_ARGS, so
+# their shard bytes are comparable)
+SMALL_VARIANTS = ("tool", "tool-mp", "official")
+SMALL_ARGS = ["--num-shards", "256"]
 
 
 @dataclasses.dataclass
@@ -91,6 +99,7 @@ class Run:
   load_avg: float = 0.0          # 1-minute load average when it started
   code: str = ""                 # fingerprint of beam_tfrecord/ sources when it started
   log: str = ""
+  peak_proc_rss_mb: float = 0.0  # the largest RSS of any single process in the tree
 
   @property
   def ok(self) -> bool:
@@ -109,6 +118,7 @@ class TreeSampler(threading.Thread):
     self.limit = limit_bytes
     self.killed = False
     self.peak_rss = 0
+    self.peak_proc_rss = 0  # one process's: a worker near its limit hides in a small tree sum
     self.cpu: Dict[tuple, float] = {}   # (pid, create_time) -> last seen user+sys
     self.stopped = threading.Event()
 
@@ -121,7 +131,9 @@ class TreeSampler(threading.Thread):
     for proc in procs:
       try:
         with proc.oneshot():
-          rss += proc.memory_info().rss
+          one = proc.memory_info().rss
+          rss += one
+          self.peak_proc_rss = max(self.peak_proc_rss, one)
           times = proc.cpu_times()
           self.cpu[(proc.pid, proc.create_time())] = times.user + times.system
       except psutil.Error:  # exited between listing and reading
@@ -176,6 +188,7 @@ def measure(cmd: Sequence[str], log_path: str, env: Dict[str, str], max_rss_mb: 
   rusage_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
   cpu = max(rusage_cpu, sum(sampler.cpu.values()))
   return Run(wall_s=wall, cpu_s=cpu, peak_rss_mb=sampler.peak_rss / MB,
+             peak_proc_rss_mb=sampler.peak_proc_rss / MB,
              processes=len(sampler.cpu), returncode=proc.returncode, load_avg=load,
              error=(f"killed: tree RSS passed --max-rss-mb {max_rss_mb:.0f}" if sampler.killed
                     else f"exit code {proc.returncode}" if proc.returncode else ""),
@@ -256,6 +269,7 @@ def summarize(runs: List[Run], data: datasets.Dataset) -> Dict[str, float]:
   return {"wall_s": wall, "images_per_s": data.count / wall,
           "mb_per_s": data.total_bytes / MB / wall,
           "peak_rss_mb": statistics.median(r.peak_rss_mb for r in ok),
+          "peak_proc_rss_mb": statistics.median(r.peak_proc_rss_mb for r in ok),
           "cpu_s": statistics.median(r.cpu_s for r in ok),
           "cpu_ms_per_image": statistics.median(r.cpu_s for r in ok) * 1000 / data.count,
           "processes": max(r.processes for r in ok),
@@ -279,14 +293,15 @@ def print_table(variants: List[Variant], medians: Dict[str, Dict], base: str) ->
   ref = medians.get(base)
   width = max(len(v.label) for v in variants)
   header = (f"{'variant':<{width}} {'wall s':>7} {'img/s':>7} {'MB/s':>7} {'peak MB':>8} "
-            f"{'CPU s':>7} {'CPU ms/img':>10} {'procs':>5}")
+            f"{'1 proc MB':>9} {'CPU s':>7} {'CPU ms/img':>10} {'procs':>5}")
   if ref:
     header += f"  {'(1) speed x':>11} {'(1) mem x':>9} {'(1) cpu x':>9}"
   print(header)
   for v in variants:
     m = medians[v.name]
     line = (f"{v.label:<{width}} {m['wall_s']:7.2f} {m['images_per_s']:7.1f} {m['mb_per_s']:7.1f} "
-            f"{m['peak_rss_mb']:8.0f} {m['cpu_s']:7.2f} {m['cpu_ms_per_image']:10.3f} "
+            f"{m['peak_rss_mb']:8.0f} {m['peak_proc_rss_mb']:9.0f} {m['cpu_s']:7.2f} "
+            f"{m['cpu_ms_per_image']:10.3f} "
             f"{m['processes']:5d}")
     if ref:
       line += (f"  {m['wall_s'] / ref['wall_s']:11.2f} {ref['peak_rss_mb'] / m['peak_rss_mb']:9.2f}"
@@ -340,31 +355,37 @@ def _attach_beam_args(argv: Sequence[str]) -> List[str]:
   return result
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, logs_dir: Optional[str] = None) -> int:
   parser = argparse.ArgumentParser(
       description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
       formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--images", type=int, default=2000, metavar="N",
                       help="dataset size N (default 2000; generated once, cached)")
   parser.add_argument("--repeats", type=int, default=3, help="runs per variant (default 3)")
-  parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), metavar="A,B,...",
+  parser.add_argument("--variants", metavar="A,B,...",
                       help=f"which rows, comma-separated, from {', '.join(BUILTIN)} "
-                      "(default: all). `official` needs the tf-models-official wheel (made "
-                      "into a benchmark-only venv on first use; skipped when unavailable)")
+                      f"(default: all but tool-mp; with --small-images: "
+                      f"{','.join(SMALL_VARIANTS)}). `official` needs the tf-models-official "
+                      "wheel (made into a benchmark-only venv on first use; skipped when "
+                      "unavailable)")
   parser.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
                       help="add a row: (1) run from another source tree (e.g. a `git archive` "
                       "of an older commit), to compare versions in one sitting; its shard "
                       "bytes are compared with the others'")
   parser.add_argument("--smoke", action="store_true",
                       help="CI mode: a tiny dataset in a temporary cache, one repeat of (1), "
-                      "(4) and the gs:// latency check; fails only if a run fails or the "
-                      "output differs, never on timing")
+                      "(4), the gs:// latency check, then --small-images 200 without `official`; "
+                      "fails only if a run fails or the output differs, never on timing")
   parser.add_argument("--beam-args", action="append", default=[], metavar="ARGS",
                       help="add a row: variant (1) with these Beam options (one quoted string); "
                       "repeat for several. Shard bytes are compared across all (1) rows")
   parser.add_argument("--scale", action="store_true",
                       help="scale mode: run (1) and the --beam-args rows at N and 4N images and "
                       "report how time and peak memory grow")
+  parser.add_argument("--small-images", metavar="N[,N...]",
+                      help="small-image scale mode: at each N, a dataset of N 64x48 JPEGs as "
+                      "hard links (small_dataset.py; made once, cached), rows "
+                      f"{', '.join(SMALL_VARIANTS)}; every (1) row gets {' '.join(SMALL_ARGS)}")
   parser.add_argument("--output-json", metavar="PATH",
                       help="where to write the results (default benchmarks/results/"
                       "<timestamp>.json)")
@@ -382,8 +403,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import tempfile
     smoke_dir = tempfile.mkdtemp(prefix="beam-tfrecord-bench-smoke-")
     args.images, args.repeats, args.cache_dir = 24, 1, smoke_dir
-    args.variants = "tool,naive-nodecode"
+    args.variants, args.small_images = "tool,naive-nodecode", None  # small images come last
     args.output_json = args.output_json or os.path.join(smoke_dir, "results.json")
+  try:
+    small_sizes = [int(n) for n in (args.small_images or "").split(",") if n.strip()]
+  except ValueError:
+    small_sizes = [0]
+  if args.small_images and (args.scale or not small_sizes or min(small_sizes) < 1):
+    parser.error("--small-images takes sizes N[,N...] of at least 1, and not --scale")
+  args.variants = args.variants or ",".join(SMALL_VARIANTS if small_sizes else DEFAULT_VARIANTS)
   names = [n.strip() for n in args.variants.split(",") if n.strip()]
   unknown = [n for n in names if n not in BUILTIN]
   if unknown:
@@ -406,16 +434,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                             os.path.abspath(path)))
   if args.scale:
     variants = [v for v in variants if v.shard_sink] or [BUILTIN["tool"]]
+  if small_sizes:
+    variants = [dataclasses.replace(v, args=v.args + SMALL_ARGS,
+                                    label=f"{v.label}, {' '.join(SMALL_ARGS)}")
+                if v.kind == "tool" else v for v in variants]
 
   stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
   output_json = args.output_json or os.path.join(RESULTS, f"{stamp}.json")
-  logs = os.path.join(smoke_dir or RESULTS, f"{stamp}-logs")
+  logs = os.path.join(logs_dir or smoke_dir or RESULTS, f"{stamp}-logs")
   work = os.path.join(args.cache_dir, "runs")
   os.makedirs(logs, exist_ok=True)
   os.makedirs(work, exist_ok=True)
-  sizes = [args.images, 4 * args.images] if args.scale else [args.images]
+  sizes = small_sizes or ([args.images, 4 * args.images] if args.scale else [args.images])
   report: Dict = {
-      "created": stamp, "images": args.images, "repeats": args.repeats,
+      "created": stamp, "images": sizes[0], "repeats": args.repeats,
+      "mode": "small-images" if small_sizes else "scale" if args.scale else "rows",
       "machine": {"cpus": os.cpu_count(), "memory_gb": psutil.virtual_memory().total / 1e9,
                   "load_avg_at_start": os.getloadavg(), "python": platform.python_version()},
       "logs": logs, "sizes": {}}
@@ -427,7 +460,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
   all_failed: List[str] = []
   for count in sizes:
-    data = datasets.ensure_dataset(count, args.cache_dir)
+    data = (small_dataset.ensure_small_dataset if small_sizes
+            else datasets.ensure_dataset)(count, args.cache_dir)
     print(f"\nN={count}: {data.total_bytes / MB:.1f} MB of JPEG "
           f"(mean {data.total_bytes / count / 1e3:.1f} KB), {data.boxes} boxes; "
           f"{args.repeats} repeat(s); load average {os.getloadavg()[0]:.2f}", flush=True)
@@ -453,7 +487,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
   if args.scale:
     report["scale"] = scale_rows(report)
-  report["targets"] = targets(report)
+  report["targets"] = [] if small_sizes else targets(report)  # defined on realistic images
   os.makedirs(os.path.dirname(os.path.abspath(output_json)), exist_ok=True)
   with open(output_json, "w") as f:
     json.dump(report, f, indent=2)
@@ -463,6 +497,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if gcs_latency.main(["--images", "12", "--repeats", "1", "--latency-ms", "5",
                          "--cache-dir", smoke_dir]):
       all_failed.append("gs:// latency benchmark")
+    # the small-image mode without its official row (it would download a wheel into this
+    # throw-away cache)
+    print("\n== smoke: --small-images 200", flush=True)
+    if main(["--small-images", "200", "--repeats", "1", "--variants", "tool,tool-mp",
+             "--cache-dir", smoke_dir, "--max-rss-mb", str(args.max_rss_mb),
+             "--output-json", os.path.join(smoke_dir, "small-results.json")],
+            logs_dir=smoke_dir):
+      all_failed.append("--small-images")
     if not all_failed:
       shutil.rmtree(smoke_dir, ignore_errors=True)
     print(f"smoke: {'FAILED: ' + ', '.join(all_failed) if all_failed else 'ok'}")
