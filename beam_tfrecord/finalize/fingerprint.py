@@ -57,13 +57,6 @@ def same(current: Optional[Dict], recorded: Optional[Dict]) -> bool:
               and current.get("sha256") == recorded.get("sha256"))
 
 
-def _under(path: str, root: Optional[str]) -> bool:
-  if not root:
-    return False
-  norm = lambda p: p.replace("\\", "/").rstrip("/")  # noqa: E731
-  return norm(path) == norm(root) or norm(path).startswith(norm(root) + "/")
-
-
 def source_patterns(config) -> List[Tuple[str, str]]:
   """(kind, glob) of everything the conversion reads. kind 'file' must exist; 'tree' is a listing.
 
@@ -98,7 +91,7 @@ def list_entries(patterns: Sequence[Tuple[str, str]], exclude: Optional[str] = N
     if kind == "file" and not found:
       entries.append((pattern, -1, -1.0))
     for meta in found:
-      if _under(meta.path, exclude):
+      if paths.under(meta.path, exclude):
         continue
       mtime = meta.last_updated_in_seconds
       entries.append((meta.path, meta.size_in_bytes, float(mtime) if mtime is not None else -1.0))

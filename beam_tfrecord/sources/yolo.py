@@ -400,7 +400,7 @@ class _ListImages(beam.DoFn):
           message=f"{type(e).__name__}: {e}"))
       return
     bases = [parent(entry), root, *self.dataset.bases]
-    inside = [b for b in dict.fromkeys(bases) if _under(b, root)]
+    inside = [b for b in dict.fromkeys(bases) if paths.under(b, root)]
     relocated = []
     for number, line in enumerate(text.splitlines(), start=1):
       name = line.strip()
@@ -437,11 +437,6 @@ class _ListImages(beam.DoFn):
 def is_absolute(name: str) -> bool:
   """A POSIX or a Windows absolute path (C:\\data\\obj\\1.jpg, as a Windows user's list says)."""
   return os.path.isabs(name) or bool(re.match(r"^[A-Za-z]:[\\/]", name))
-
-
-def _under(path: str, root: str) -> bool:
-  path, root = path.replace("\\", "/").rstrip("/"), root.replace("\\", "/").rstrip("/")
-  return path == root or path.startswith(root + "/")
 
 
 def trailing_candidates(name: str, bases: Sequence[str]) -> List[str]:

@@ -129,6 +129,15 @@ def real_root(root: str) -> str:
   return _realpath_of_root(root)
 
 
+def under(path: str, root: Optional[str]) -> bool:
+  """Whether `path` is `root` or below it, by its text ('/' and '\\' alike; no root: False).
+  For listings and URIs; real paths on disk use inside()."""
+  if not root:
+    return False
+  path, root = path.replace("\\", "/").rstrip("/"), root.replace("\\", "/").rstrip("/")
+  return path == root or path.startswith(root + "/")
+
+
 def inside(real: str, real_root: str) -> bool:
   """Whether the real path `real` is `real_root` or lies below it (both realpaths)."""
   return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
