@@ -104,9 +104,10 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       help=f"target shard size; shards per split = ceil(image bytes / MB). "
                       f"Default {shard_plan.DEFAULT_SHARD_SIZE_MB:g}")
   add(shards, "--records-per-shard", type=int, metavar="N",
-                      help="fill shards in key order with at most N records each (records, not "
-                      "images: per-object schemas write several per image, never split "
-                      "across shards)")
+                      help="N records in every shard but the last, in shard order (records, "
+                      "not images: per-object schemas write several per image; an image's "
+                      "records stay in the shard of its first, so such a shard may hold a few "
+                      "more or less)")
   add(parser, "--shard-name-template", metavar="TEMPLATE",
                       default=naming.DEFAULT_SHARD_NAME_TEMPLATE,
                       help="shard file names, a Python format string with {split}, {index} "
@@ -204,7 +205,8 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       help="for scheduled runs: skip (exit 0) when the sources (annotation files, "
                       "image listing: names, sizes, modification times) and settings equal the "
                       "fingerprint in the output's last successful manifest.json; otherwise "
-                      "convert, replacing that earlier run")
+                      "convert, replacing that earlier run. The workers list and compare the "
+                      "sources, so the job runs either way")
   return actions
 
 
@@ -487,6 +489,11 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
         print(f"beam-tfrecord: pipeline ended in state {state}; {config.output} is unchanged",
               file=sys.stderr)
         return EXIT_FAILED
+      if config.source_fingerprint is not None:  # --if-changed: the workers may have skipped
+        skipped = _skipped_line(result, config)
+        if skipped:
+          print(skipped)
+          return EXIT_OK
     return _report(config, run_id, time.monotonic() - start, created)
 
 
@@ -519,6 +526,9 @@ def _report(config: ConvertConfig, run_id: str, seconds: float, created: bool) -
   report = outputs.run_dir(config.output, run_id)
   kept = ("no output was made" if created else f"the earlier output in {config.output} is "
           "unchanged")
+  status = manifest["status"]
+  if manifest.get("outcome") == "usage":  # read before the report may be removed below
+    status = _usage_line(report, manifest) or status
   if code == EXIT_USAGE and created:  # nothing seen at all: leave no trace
     outputs.remove_leftovers(config.output)
     if not paths.is_remote(config.output):
@@ -529,8 +539,36 @@ def _report(config: ConvertConfig, run_id: str, seconds: float, created: bool) -
     where = ""
   else:
     where = f"; this run's report (manifest, errors): {report}"
-  print(f"beam-tfrecord: {manifest['status']}; {kept}{where}", file=sys.stderr)
+  print(f"beam-tfrecord: {status}; {kept}{where}", file=sys.stderr)
   return code
+
+
+def _usage_line(report: str, manifest: dict) -> Optional[str]:
+  """'FILE: what to do' from the first error whose reason only the command line fixes (the
+  workers found it: the launcher reads no input whole), '(and N more)' when several; None
+  when the run's error files cannot be read (the manifest's status is said instead)."""
+  import json
+
+  from apache_beam.io.filesystems import FileSystems
+
+  from beam_tfrecord.finalize.manifest import USAGE_REASONS
+  found: List[dict] = []
+  try:
+    for name in manifest["errors"]["files"]:
+      with FileSystems.open(paths.child(report, name)) as f:
+        for line in f:
+          if b'"reason"' in line and any(r.encode() in line for r in USAGE_REASONS):
+            record = json.loads(line)
+            if record.get("reason") in USAGE_REASONS:
+              found.append(record)
+  except Exception:  # unreadable: the status still says what to do
+    return None
+  if not found:
+    return None
+  found.sort(key=lambda r: (str(r.get("key")), str(r.get("source"))))
+  first = found[0]
+  more = f" (and {len(found) - 1} more, see errors-*.jsonl)" if len(found) > 1 else ""
+  return f"{first.get('key') or first.get('source')}: {first.get('message')}{more}"
 
 
 def _wait(result, options):
@@ -664,22 +702,36 @@ def _show(args) -> int:
   return 0
 
 
-def _unchanged(config: ConvertConfig) -> Optional[ConvertConfig]:
-  """--if-changed: None (skip) when the sources match the output's last successful run; else
-  the config with the fingerprint recorded (for manifest.json), set to replace that output."""
+def _if_changed(config: ConvertConfig) -> ConvertConfig:
+  """--if-changed: the config asking pipeline.build for the fingerprint, computed and compared
+  on workers (the launcher lists nothing), set to replace an earlier run of ours in the output
+  (once this one succeeds). Reads only the output's manifest.json, as the ownership check does."""
   import dataclasses
 
   from beam_tfrecord.finalize import fingerprint
-  current = fingerprint.compute(config)
-  manifest, last = fingerprint.recorded(config.output)
-  if fingerprint.same(current, last):
-    print(f"beam-tfrecord: skipped, sources unchanged since the run of "
-          f"{manifest.get('created')} in {config.output} ({current['files']} files, "
-          f"fingerprint {current['sha256'][:12]})")
-    return None
-  # an earlier run of ours is replaced (once this one succeeds)
-  return dataclasses.replace(config, source_fingerprint=current,
+  manifest, _ = fingerprint.recorded(config.output)
+  return dataclasses.replace(config, source_fingerprint=dict(fingerprint.REQUESTED),
                              overwrite=config.overwrite or manifest is not None)
+
+
+def _skipped_line(result, config: ConvertConfig) -> Optional[str]:
+  """--if-changed, after the job: the line to print when its finalize skipped the run (the
+  sources unchanged: it counts the skip in a Beam counter), else None. A runner that reports
+  no metrics is not taken for a skip: the run's report then says what happened."""
+  from apache_beam.metrics.metric import MetricsFilter
+
+  from beam_tfrecord.finalize import fingerprint
+  try:
+    counters = result.metrics().query(MetricsFilter()
+                                      .with_namespace(fingerprint.SKIPPED_NAMESPACE)
+                                      .with_name(fingerprint.SKIPPED_NAME))["counters"]
+  except Exception:  # no metrics from this runner
+    return None
+  if not any(max(c.committed or 0, c.attempted or 0) > 0 for c in counters):
+    return None
+  # the run it was compared with (unchanged: the output, under our lock)
+  manifest, last = fingerprint.recorded(config.output)
+  return fingerprint.skipped_line(config.output, (manifest or {}).get("created"), last or {})
 
 
 def _resolve(config: ConvertConfig) -> ConvertConfig:
@@ -730,9 +782,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
       raise UsageError(str(e)) from None
     config = _resolve(config)
     if args.if_changed:
-      config = _unchanged(config)
-      if config is None:
-        return EXIT_OK
+      config = _if_changed(config)
     return run_convert(config, beam_args, argv, break_lock=args.break_lock)
   if args.command == "demo":
     return _demo(args, beam_args)

@@ -2,6 +2,8 @@
 source -> prepare (locate, split, label map) -> plan shards -> write -> finalize."""
 from __future__ import annotations
 
+import os
+import tempfile
 import uuid
 from typing import List, Mapping, Optional, Sequence, Tuple
 
@@ -9,10 +11,11 @@ import apache_beam as beam
 
 from beam_tfrecord import schemas
 from beam_tfrecord.config import ConvertConfig, resolve
+from beam_tfrecord.finalize import fingerprint as fingerprints
 from beam_tfrecord.finalize import output as outputs
 from beam_tfrecord.finalize.transform import Finalize, count_keys
-from beam_tfrecord.plan import shard_plan
-from beam_tfrecord.plan.transform import PlanShards
+from beam_tfrecord.plan.shard_plan import overlap_warning
+from beam_tfrecord.plan.transform import PlanShards, SortRuns, shard_tasks
 from beam_tfrecord.prepare import label_map as label_maps
 from beam_tfrecord.prepare.labels import BuildLabelMap
 from beam_tfrecord.prepare.locate import PrepareImages
@@ -64,10 +67,23 @@ def declared_splits(fractions: Optional[Mapping[str, float]],
   return sorted(source_splits or ())
 
 
+def work_directories(staging: str, run_id: str, spill: bool) -> Tuple[str, Optional[str]]:
+  """(where the plan's sorted runs go, where partitions are spilled or None): with `spill` (a
+  local runner: every worker shares this machine's disk) both on local disk, inside the run
+  directory when that is local, else in a temporary folder; otherwise the runs go to the run
+  directory (gs:// on Dataflow) and partitions through the runner's shuffle."""
+  if not spill:
+    return paths.join(staging, outputs.WORK), None
+  base = (os.path.join(staging, outputs.WORK) if not paths.is_remote(staging) else
+          os.path.join(tempfile.gettempdir(), f"beam-tfrecord-work-{run_id}"))
+  return os.path.join(base, "runs"), os.path.join(base, "spill")  # made when written
+
+
 def build(root, config: ConvertConfig, argv: Sequence[str] = (),
-          run_id: Optional[str] = None) -> beam.PCollection:
+          run_id: Optional[str] = None, spill: Optional[bool] = None) -> beam.PCollection:
   """Wire the whole conversion onto `root` (a Pipeline). Returns the manifest PCollection.
-  Raises UsageError for problems found before running (see resolve)."""
+  Raises UsageError for problems found before running (see resolve). `spill`: partition the
+  shard order through local files (default: on local runners) rather than a shuffle."""
   config.validate()
   config = resolve(config)
   paths.forget_roots()  # this run sees the image roots and listings as they are now
@@ -89,17 +105,39 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   label_map = beam.pvalue.AsSingleton(
       root | "LabelMap" >> BuildLabelMap(source, user_map, first_id))
 
-  template = config.shard_name_template
-  packed_images = images | "Pack" >> beam.Map(
-      lambda ann: packed.pack(ann, schema.planned_records(ann)))
-  planned = packed_images | "Plan" >> PlanShards(
-      config.num_shards, config.shard_size_mb, staging, config.records_per_shard, template)
-  plan = beam.pvalue.AsSingleton(planned)
-  overlap_warnings = planned | "InTwoSplits" >> beam.FlatMap(shard_plan.overlap_warnings)
+  # --- --if-changed: the sources' fingerprint, listed on workers (the launcher lists no
+  # folder) and compared there with the output's last successful run. `unchanged` is one
+  # bool, True when the run will be skipped (always False without --if-changed): a stage may
+  # gate its work on beam.pvalue.AsSingleton(unchanged); Finalize then replaces nothing.
+  if fingerprints.requested(config):
+    if_changed = (root
+                  | "IfChanged" >> fingerprints.SourceFingerprint(config)
+                  | "CompareFingerprint" >> beam.Map(fingerprints.compare, config.output))
+    unchanged = if_changed | "Unchanged" >> beam.Map(lambda compared: compared["unchanged"])
+    finalize_if_changed = [beam.pvalue.AsSingleton(if_changed)]
+  else:
+    unchanged = root | "Unchanged" >> beam.Create([False])
+    finalize_if_changed = []
+  # --- end of --if-changed
 
+  template = config.shard_name_template
   if config.sink == "shards":
-    stats, write_errors = packed_images | "WriteShards" >> WriteShards(
-        staging, label_map, plan, options, template, *writer_processes(root, config))
+    packed_images = images | "Pack" >> beam.Map(
+        lambda ann: packed.pack(ann, schema.planned_records(ann)))
+    if spill is None:
+      spill = type(root.runner).__name__ in IN_PROCESS_RUNNERS  # every worker on this machine
+    runs_dir, spill_dir = work_directories(staging, run_id, spill)
+    counts, sort_errors = packed_images | "SortRuns" >> SortRuns(runs_dir, spill_dir)
+    planned = counts | "Plan" >> PlanShards(
+        config.num_shards, config.shard_size_mb, staging, config.records_per_shard, template)
+    plan = beam.pvalue.AsSingleton(planned)
+    processes, min_images = writer_processes(root, config)
+    tasks = root | "Shards" >> beam.Create([None]) | "ShardTasks" >> beam.FlatMap(
+        shard_tasks, plan, beam.pvalue.AsSingleton(unchanged))  # --if-changed: none
+    stats, write_errors = tasks | "WriteShards" >> WriteShards(
+        staging, runs_dir, label_map, plan, options, template, processes, min_images,
+        remote_images=remote, spread=not in_process(root))
+    write_errors = (sort_errors, write_errors) | "PlanAndWriteErrors" >> beam.Flatten()
     beam_files = root | "NoBeamFiles" >> beam.Create([])
   else:
     splits = list(fractions) if fractions else (source_splits or [DEFAULT_SPLIT])
@@ -111,15 +149,25 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
             "pipeline was built (the beam sink needs them up front)"))]
     ).with_outputs("errors", main="images")
     writer = WriteWithBeamSink(staging, label_map, splits, config.num_shards, options)
+    # the plan only counts each split's images here (Beam's sink shards them itself)
+    planned = checked.images | "Count" >> beam.Map(
+        lambda a: ((a.split, 0), (1, 1, a.size_bytes or 0))) | "Plan" >> PlanShards(
+            None, None, staging)
     stats, encode_errors = checked.images | "WriteBeam" >> writer
-    write_errors = (checked.errors, encode_errors) | "BeamErrors" >> beam.Flatten()
+    overlaps = (checked.images
+                | "ByFile" >> beam.Map(lambda a: (a.uri, (a.split, a.source, a.key)))
+                | "GroupByFile" >> beam.GroupByKey()
+                | "InTwoSplits" >> beam.FlatMapTuple(
+                    lambda uri, where: [overlap_warning(uri, where)]
+                    if len({w[0] for w in where}) > 1 else []))
+    write_errors = (checked.errors, encode_errors, overlaps) | "BeamErrors" >> beam.Flatten()
     beam_files = writer.written
 
   merged_stats = (stats
                   | "StatsKey" >> beam.Map(lambda s: ((s["split"], s["shard"]), s))
                   | "MergeStats" >> beam.CombinePerKey(merge_stats)
                   | "StatsValues" >> beam.Values())
-  errors = ((source.errors, prepare_errors, overlap_warnings, write_errors)
+  errors = ((source.errors, prepare_errors, write_errors)
             | "AllErrors" >> beam.Flatten())
   error_files = (errors
                  | "ErrorJson" >> beam.Map(ErrorRecord.to_json)
@@ -135,4 +183,5 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
               Finalize(config, argv, staging, run_id, declared_splits(fractions, source_splits)),
               beam.pvalue.AsList(merged_stats),
               beam.pvalue.AsDict(error_counts), label_map,
-              beam.pvalue.AsList(error_files), beam.pvalue.AsList(beam_files), plan))
+              beam.pvalue.AsList(error_files), beam.pvalue.AsList(beam_files),
+              beam.pvalue.AsSingleton(planned), *finalize_if_changed))

@@ -54,6 +54,7 @@ class Variant:
   kind: str                     # tool | naive | official
   args: List[str]               # extra CLI args (tool) or the naive.py mode
   repo: str = REPO              # tool: the source tree on PYTHONPATH (--tree compares versions)
+  own_shards: bool = False      # sharded its own way: its bytes are not compared with the rows'
 
   @property
   def slug(self) -> str:
@@ -63,7 +64,8 @@ class Variant:
   @property
   def shard_sink(self) -> bool:
     """beam-tfrecord with its own shard writer (deterministic output)."""
-    return self.kind == "tool" and "beam" not in self.args and "--sink=beam" not in self.args
+    return (self.kind == "tool" and "beam" not in self.args and "--sink=beam" not in self.args
+            and not self.own_shards)
 
 
 BUILTIN = {
@@ -77,11 +79,15 @@ BUILTIN = {
                         "official", []),
     "tool-mp": Variant("tool-mp", "(1) multi_processing, 2 workers", "tool",
                        ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]),
+    # --small-images: every option at its default (shards by --shard-size-mb), the row the
+    # scale issue's local memory target is defined on
+    "tool-default": Variant("tool-default", "(1) defaults, shards by size", "tool", [],
+                            own_shards=True),
 }
 DEFAULT_VARIANTS = ("tool", "beam-sink", "naive", "naive-nodecode", "read", "official")
 # --small-images: the scale issue's rows and shard count (every tool row gets SMALL_ARGS, so
 # their shard bytes are comparable)
-SMALL_VARIANTS = ("tool", "tool-mp", "official")
+SMALL_VARIANTS = ("tool", "tool-default", "tool-mp", "official")
 SMALL_ARGS = ["--num-shards", "256"]
 
 
@@ -364,7 +370,7 @@ def main(argv: Optional[Sequence[str]] = None, logs_dir: Optional[str] = None) -
   parser.add_argument("--repeats", type=int, default=3, help="runs per variant (default 3)")
   parser.add_argument("--variants", metavar="A,B,...",
                       help=f"which rows, comma-separated, from {', '.join(BUILTIN)} "
-                      f"(default: all but tool-mp; with --small-images: "
+                      f"(default: all but tool-mp and tool-default; with --small-images: "
                       f"{','.join(SMALL_VARIANTS)}). `official` needs the tf-models-official "
                       "wheel (made into a benchmark-only venv on first use; skipped when "
                       "unavailable)")
@@ -437,7 +443,7 @@ def main(argv: Optional[Sequence[str]] = None, logs_dir: Optional[str] = None) -
   if small_sizes:
     variants = [dataclasses.replace(v, args=v.args + SMALL_ARGS,
                                     label=f"{v.label}, {' '.join(SMALL_ARGS)}")
-                if v.kind == "tool" else v for v in variants]
+                if v.kind == "tool" and not v.own_shards else v for v in variants]
 
   stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
   output_json = args.output_json or os.path.join(RESULTS, f"{stamp}.json")
@@ -500,7 +506,8 @@ def main(argv: Optional[Sequence[str]] = None, logs_dir: Optional[str] = None) -
     # the small-image mode without its official row (it would download a wheel into this
     # throw-away cache)
     print("\n== smoke: --small-images 200", flush=True)
-    if main(["--small-images", "200", "--repeats", "1", "--variants", "tool,tool-mp",
+    if main(["--small-images", "200", "--repeats", "1",
+             "--variants", "tool,tool-default,tool-mp",
              "--cache-dir", smoke_dir, "--max-rss-mb", str(args.max_rss_mb),
              "--output-json", os.path.join(smoke_dir, "small-results.json")],
             logs_dir=smoke_dir):

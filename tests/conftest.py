@@ -656,3 +656,13 @@ def pytest_collection_modifyitems(config, items) -> None:
       continue
     if folder in E2E_FOLDERS:
       item.add_marker(pytest.mark.e2e)
+
+
+def transform_labels(pipeline) -> set:
+  """Every transform's full label in a pipeline's graph (composites included)."""
+  import apache_beam as beam
+  labels: set = set()
+  pipeline.visit(type("Labels", (beam.pipeline.PipelineVisitor,), {
+      "enter_composite_transform": lambda self, node: labels.add(node.full_label),
+      "visit_transform": lambda self, node: labels.add(node.full_label)})())
+  return labels

@@ -9,8 +9,18 @@ from beam_tfrecord.storage import paths
 from beam_tfrecord.write.shard_writer import merge_stats, new_stats
 
 # What a finished run's manifest says ("outcome") and the exit code the CLI gives it.
-OUTCOMES = {"ok": 0, "lost_records": 1, "lock_lost": 1, "no_images": 2, "error_rate": 3,
-            "empty": 4}
+OUTCOMES = {"ok": 0, "lost_records": 1, "lock_lost": 1, "no_images": 2, "usage": 2,
+            "error_rate": 3, "empty": 4}
+
+# Error reasons that only a change of the command line fixes, found by the workers because
+# the launcher reads no input whole: any one fails the run ("usage", exit 2, as a UsageError
+# at launch would), whatever else it wrote. The record's key names the file and its message
+# says what to do (the CLI's last line); here, what the status says.
+USAGE_REASONS = {
+    "category_zero_used": "annotations use category id 0, which the TF OD API reserves for "
+                          "background; give --label-map with an id >= 1 for that category's "
+                          "name",
+}
 
 
 def error_rate(images: int, levels: Mapping[str, int]) -> float:
@@ -63,7 +73,12 @@ def outcome_of(totals: Mapping[str, int], levels: Mapping[str, int], rate: float
   """(outcome, status) of a finished run; status is 'ok' or 'failed: why'. Nothing written
   is never a success: with no image even seen it is 'no_images', else 'empty'; so is a
   declared split left with no example (`empty`, empty_splits) and objects that were all
-  rejected (a label map that matches no class: images written without their boxes)."""
+  rejected (a label map that matches no class: images written without their boxes). An error
+  of USAGE_REASONS fails it first: the output would be wrong whatever the counts."""
+  usage = sorted(r for r in USAGE_REASONS if (reasons or {}).get(r))
+  if usage:
+    return "usage", "failed: " + "; ".join(
+        f"{USAGE_REASONS[r]} (see the {r} errors in errors-*.jsonl)" for r in usage)
   if lost:
     return "lost_records", (f"failed: the runner lost records ({lost}); the output is "
                             "incomplete. Beam's multi_threading local mode did this under load "

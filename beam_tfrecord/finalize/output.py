@@ -36,6 +36,25 @@ class OutputNotEmpty(UsageError):
   pass
 
 
+WORK = ".work"  # a run's scratch in its run directory: spilled partitions, sorted runs
+
+
+def remove_work(run_directory: str, run_id: str) -> None:
+  """Delete a run's scratch (plan/transform's spill files and sorted runs) once its shards are
+  written: in the run directory, or in the temporary folder a local runner used for it."""
+  import shutil
+  import tempfile
+  work = paths.child(run_directory, WORK)
+  if paths.is_remote(work):
+    from apache_beam.io.filesystems import FileSystems
+    if FileSystems.exists(work + "/"):
+      FileSystems.delete([work + "/"])
+    shutil.rmtree(os.path.join(tempfile.gettempdir(), f"beam-tfrecord-work-{run_id}"),
+                  ignore_errors=True)
+  else:
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def run_dir(output: str, run_id: str) -> str:
   """The directory one run writes into before its output replaces the last one."""
   return paths.join(output, f"{RUN_PREFIX}{run_id}")

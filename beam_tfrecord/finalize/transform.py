@@ -15,6 +15,7 @@ import beam_tfrecord
 from beam_tfrecord import schemas
 from beam_tfrecord.config import ConvertConfig, input_paths
 from beam_tfrecord.finalize import card
+from beam_tfrecord.finalize import fingerprint as fingerprints
 from beam_tfrecord.finalize import lock as locks
 from beam_tfrecord.finalize import output as outputs
 from beam_tfrecord.finalize.manifest import (empty_splits, error_rate,
@@ -39,11 +40,19 @@ class Finalize(beam.DoFn):
     self.run_directory, self.run_id = run_directory, run_id
     self.declared = sorted(declared)  # splits that must not end empty (source, --split)
 
-  def process(self, _, stats, error_counts, label_map, error_files, beam_files, plan):
+  def process(self, _, stats, error_counts, label_map, error_files, beam_files, plan,
+              if_changed=None):
+    """`if_changed` (--if-changed only): fingerprint.compare's answer, from the workers. When
+    unchanged, the run replaces nothing: its run directory goes and the skip is counted."""
     from apache_beam.io.filesystems import FileSystems
+    if if_changed is not None and if_changed["unchanged"]:
+      yield self._skip(if_changed)
+      return
+    fingerprint = if_changed["current"] if if_changed else self.config.source_fingerprint
     run_directory = self.run_directory
     if not FileSystems.exists(run_directory) and not paths.is_remote(run_directory):
       FileSystems.mkdirs(run_directory)  # nothing was written: no image, no error
+    outputs.remove_work(run_directory, self.run_id)  # the shards are written: stats say so
     _name_shards(run_directory, stats)
     outputs.write_atomic(run_directory, LABEL_MAP,
                          label_maps.to_text(label_map).encode())
@@ -77,8 +86,9 @@ class Finalize(beam.DoFn):
         "format": self.config.format,
         "sink": self.config.sink,
         "args": self.argv,
-        "source_fingerprint": self.config.source_fingerprint,
-        "config": dataclasses.asdict(self.config),
+        "source_fingerprint": fingerprint,
+        "config": dataclasses.asdict(dataclasses.replace(self.config,
+                                                         source_fingerprint=fingerprint)),
         "features": schema.manifest_features(),
         "label_map": dict(sorted(label_map.items(), key=lambda kv: kv[1])),
         "splits": splits,
@@ -100,6 +110,35 @@ class Finalize(beam.DoFn):
     # else: the run directory stays as the failed run's report, shards included, so that
     # `verify`/`inspect` can look at it; the next run into this output removes it
     yield manifest
+
+  def _skip(self, if_changed: Dict) -> Dict:
+    """--if-changed, sources unchanged: the output stays as it is, byte for byte; this run's
+    directory (shards written before the skip was known, scratch) is removed, and the skip is
+    counted for the launcher (fingerprint.SKIPPED_NAME), which prints the line."""
+    import logging
+    outputs.remove_work(self.run_directory, self.run_id)
+    _remove_tree(self.run_directory)
+    Metrics.counter(fingerprints.SKIPPED_NAMESPACE, fingerprints.SKIPPED_NAME).inc()
+    logging.getLogger(__name__).info(fingerprints.skipped_line(
+        self.config.output, if_changed["created"], if_changed["current"]))
+    return {"outcome": "unchanged", "run_id": self.run_id,
+            "source_fingerprint": if_changed["current"], "created": if_changed["created"]}
+
+
+def _remove_tree(directory: str) -> None:
+  """Delete a run directory and everything in it (local or an object-store prefix)."""
+  from apache_beam.io.filesystems import FileSystems
+  if paths.is_remote(directory):
+    try:
+      found = [m.path for m in FileSystems.match([directory.rstrip("/") + "/**"])[0]
+               .metadata_list]
+    except Exception:  # BeamIOError: nothing there
+      found = []
+    if found:
+      FileSystems.delete(found)
+  else:
+    import shutil
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _name_shards(run_directory: str, stats: Sequence[Dict]) -> None:

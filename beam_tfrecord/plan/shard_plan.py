@@ -1,18 +1,34 @@
-"""Shard maths: how many shards a split gets and which keys each holds. Pure.
+"""Shard maths: the shard order, partitions of it, and the plan cut from their counts. Pure.
 
-In: per image, (key, size, records) entries; out: a ShardPlan of boundaries per split, which
-the plan stage (plan/transform.py) computes once and the writer routes every image by.
+Every image has a 64-bit place in the shard order (records/packed.identity_hash of its key).
+The order is cut into PARTITIONS ranges by its top bits. One partition's images are sorted on
+one worker (plan/transform.SortRuns: duplicates and overlaps found there, the sorted run
+written to a file); the plan (make_plan) needs only each partition's counts per split, so its
+size is O(splits x PARTITIONS) whatever the dataset size. A shard is a range of positions in
+its split's order (ranks, or record positions with --records-per-shard): its writer reads the
+runs of the partitions that range touches (plan/runs.py).
 """
 from __future__ import annotations
 
 import bisect
 import dataclasses
 import math
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import ErrorRecord
 
 DEFAULT_SHARD_SIZE_MB = 150.0
+
+# Partitions of the shard order. One partition is sorted in one worker: about N / 1024 images
+# (100M images: ~100k entries, ~40 MB of annotations without masks); the plan holds 3 counts
+# per (split, partition).
+PARTITION_BITS = 10
+PARTITIONS = 1 << PARTITION_BITS
+
+
+def partition_of(identity: int) -> int:
+  return identity >> (64 - PARTITION_BITS)
 
 
 def num_shards_for(count: int, total_bytes: int, num_shards: Optional[int],
@@ -31,142 +47,183 @@ def num_shards_for(count: int, total_bytes: int, num_shards: Optional[int],
   return max(1, min(int(wanted), count))
 
 
+def shard_lengths(count: int, num_shards: int) -> List[int]:
+  """Examples per shard for rank-based cutting (what plan_split produces)."""
+  return [((i + 1) * count) // num_shards - (i * count) // num_shards
+          for i in range(num_shards)]
+
+
+# (images, records, image bytes) of one split in one partition
+Counts = Tuple[int, int, int]
+
+
 @dataclasses.dataclass(frozen=True)
 class SplitPlan:
-  """Where each key of a split goes: shard i holds keys in [boundaries[i], boundaries[i+1]).
+  """One split's shards as ranges of positions in its order.
 
-  Keys are anything orderable: the pipeline uses (image key, uri) pairs, so that two images
-  with the same relative name under different roots are two images (in key order, the uri
-  only breaking ties: with unique keys the ranks, hence the shards, are those of the keys).
-  records: the records each shard is planned to hold (before any is rejected while writing).
+  A position counts images, or records with --records-per-shard (by_records). Shard i holds
+  the images whose position is in [starts[i], starts[i+1]) (the last: up to the end);
+  offsets[p] is the position of partition p's first image (PARTITIONS + 1 entries);
+  partitions: those with images (with --records-per-shard, some may hold images of no record).
+  records: the records each shard is planned to hold, where that is known before writing
+  (every image one record), else empty.
   """
   split: str
   num_shards: int
   count: int
   total_bytes: int
-  boundaries: Tuple[Any, ...]
+  total_records: int
+  by_records: bool
+  offsets: Tuple[int, ...]
+  starts: Tuple[int, ...]
+  partitions: Tuple[int, ...] = ()
   records: Tuple[int, ...] = ()
 
-  def shard_of(self, key: Any) -> int:
-    return max(0, bisect.bisect_right(self.boundaries, key) - 1)
+  def shard_range(self, shard: int) -> Tuple[int, int]:
+    """[lo, hi) of the positions shard `shard` holds (the last: every position to the end,
+    images of no record at the very end included)."""
+    hi = self.starts[shard + 1] if shard + 1 < self.num_shards else self.offsets[-1] + 1
+    return self.starts[shard], hi
+
+  def runs_of(self, shard: int) -> List[Tuple[int, int]]:
+    """(partition, position of its first image) of every partition with images whose
+    positions may fall in shard `shard`'s range, in order."""
+    lo, hi = self.shard_range(shard)
+    out = []
+    for p in self.partitions[bisect.bisect_left(self.partitions,
+                                                self._first_partition_at(lo)):]:
+      if self.offsets[p] >= hi:
+        break
+      out.append((p, self.offsets[p]))
+    return out
+
+  def _first_partition_at(self, position: int) -> int:
+    """The first partition that may hold `position`: the last whose first image is at or
+    before it (earlier ones may end there with images of no record)."""
+    return max(0, bisect.bisect_left(self.offsets, position) - 1)
 
 
-def _fill_boundaries(keys: Sequence[Any], weights: Mapping[Any, int],
-                     records_per_shard: int) -> Tuple[Any, ...]:
-  """Cut sorted keys into shards of at most records_per_shard records each, in key order.
-  An image's records never straddle two shards (one image with more records than the limit
-  gets a shard of its own)."""
-  boundaries: List[Any] = []
-  fill = 0
-  for key in keys:
-    if not boundaries or (fill and fill + weights[key] > records_per_shard):
-      boundaries.append(key)
-      fill = 0
-    fill += weights[key]
-  return tuple(boundaries)
-
-
-def plan_split(split: str, keys_and_sizes: Sequence[Tuple], num_shards: Optional[int],
+def plan_split(split: str, counts: Mapping[int, Counts], num_shards: Optional[int],
                shard_size_mb: Optional[float],
                records_per_shard: Optional[int] = None) -> SplitPlan:
-  """Cut the sorted keys of one split into shards. Items are (key, size) or (key, size,
-  records), records being what the schema writes for that image (default 1).
+  """Cut one split, given each partition's (images, records, bytes), into shards.
 
   By --num-shards / --shard-size-mb: by rank, shard sizes differ by at most one image.
-  By records_per_shard: filled in key order up to that many records.
+  By records_per_shard: every N records of the order begin a shard; an image goes with its
+  first record, so with one record per image every file but the last holds exactly N.
   """
-  weights: Dict[Any, int] = {}
-  for key, _, *records in keys_and_sizes:
-    weights[key] = records[0] if records else 1
-  keys = sorted(weights)
-  total = sum(item[1] or 0 for item in keys_and_sizes)
-  if records_per_shard and keys:
-    boundaries = _fill_boundaries(keys, weights, records_per_shard)
+  count = sum(c[0] for c in counts.values())
+  total_records = sum(c[1] for c in counts.values())
+  total_bytes = sum(c[2] for c in counts.values())
+  unit = 1 if records_per_shard else 0  # index into Counts of what a position counts
+  offsets = [0] * (PARTITIONS + 1)
+  for p in range(PARTITIONS):
+    offsets[p + 1] = offsets[p] + counts.get(p, (0, 0, 0))[unit]
+  if records_per_shard:
+    n = math.ceil(total_records / records_per_shard) if count else 0
+    starts = tuple(i * records_per_shard for i in range(n))
+    records = (tuple(min(records_per_shard, total_records - s) for s in starts)
+               if total_records == count else ())
   else:
-    n = num_shards_for(len(keys), total, num_shards, shard_size_mb)
-    boundaries = tuple(keys[(i * len(keys)) // n] for i in range(n))
-  records = [0] * len(boundaries)
-  for key in keys:
-    records[max(0, bisect.bisect_right(boundaries, key) - 1)] += weights[key]
-  return SplitPlan(split=split, num_shards=len(boundaries), count=len(keys), total_bytes=total,
-                   boundaries=boundaries, records=tuple(records))
+    n = num_shards_for(count, total_bytes, num_shards, shard_size_mb)
+    starts = tuple((i * count) // n for i in range(n))
+    records = tuple(shard_lengths(count, n)) if total_records == count else ()
+  return SplitPlan(split=split, num_shards=n, count=count, total_bytes=total_bytes,
+                   total_records=total_records, by_records=bool(records_per_shard),
+                   offsets=tuple(offsets), starts=starts,
+                   partitions=tuple(sorted(p for p, c in counts.items() if c[0])),
+                   records=records)
 
 
-# One image file as the planner sees it: (source, source_id, split, key, size, copies,
-# records). The first four fields order the annotations of one file: the smallest one is
-# written; records is what the schema writes for it (--records-per-shard).
-PlanEntry = Tuple[str, str, str, str, int, int, int]
+def counts_of(images: Iterable[Tuple[str, int, int]]) -> Dict[int, Counts]:
+  """{partition: (images, records, bytes)} of one split's (key, size, records) images, one per
+  file: what the sorted runs report (for tests and tools; the pipeline counts per partition)."""
+  counts: Dict[int, List[int]] = {}
+  for key, size, records in images:
+    c = counts.setdefault(partition_of(packed.identity_hash(key)), [0, 0, 0])
+    c[0] += 1
+    c[1] += records
+    c[2] += size
+  return {p: tuple(c) for p, c in counts.items()}
 
 
 @dataclasses.dataclass(frozen=True)
 class ShardPlan:
-  """The plan of a whole run: per split, and where each file annotated twice is written.
-
-  An image is a (file, split): a file the source puts in two splits is written to each
-  (overlaps, one warning per file); annotated twice in one split, it is written once.
-  duplicates: {(uri, split): (split, key)} of the annotation that wins for a file annotated
-  more than once in a split; the others are routed to the same shard, where the writer
-  reports them.
-  overlaps: {uri: ((split, source, key), ...)} of each file in more than one split.
-  """
+  """The plan of a whole run: a SplitPlan per split (splits with no image have none)."""
   splits: Dict[str, SplitPlan]
-  duplicates: Dict[Tuple[str, str], Tuple[str, str]]
-  overlaps: Dict[str, Tuple[Tuple[str, str, str], ...]] = dataclasses.field(default_factory=dict)
 
-  def route(self, split: str, key: str, uri: str) -> Tuple[str, int]:
-    """(split, shard) whose writer sees this annotation."""
-    split, key = self.duplicates.get((uri, split), (split, key))
-    return split, self.splits[split].shard_of((key, uri))
+  def tasks(self) -> List[Tuple[str, int]]:
+    return [(split, shard) for split, plan in sorted(self.splits.items())
+            for shard in range(plan.num_shards)]
 
 
-# The accumulator of the plan: {(uri, split): winning entry}.
-PlanEntries = Dict[Tuple[str, str], PlanEntry]
+# The plan's accumulator: {(split, partition): [images, records, bytes]}
+PlanCounts = Dict[Tuple[str, int], List[int]]
 
 
-def add_plan_entry(acc: PlanEntries, uri: str, entry: PlanEntry) -> PlanEntries:
-  """Fold one annotation of `uri` into {(uri, split): winning entry} (the smallest, with a
-  count): the same file in two splits is two images, twice in one split one image."""
-  ident = (uri, entry[2])
-  old = acc.get(ident)
-  if old is None:
-    acc[ident] = entry
-  else:
-    best = old if old[:4] <= entry[:4] else entry
-    acc[ident] = best[:5] + (old[5] + entry[5],) + best[6:]
+def add_counts(acc: PlanCounts, key: Tuple[str, int], counts: Sequence[int]) -> PlanCounts:
+  old = acc.get(key)
+  acc[key] = list(counts) if old is None else [a + b for a, b in zip(old, counts)]
   return acc
 
 
-def make_plan(entries: PlanEntries, num_shards: Optional[int],
-              shard_size_mb: Optional[float],
+def make_plan(counts: PlanCounts, num_shards: Optional[int], shard_size_mb: Optional[float],
               records_per_shard: Optional[int] = None) -> ShardPlan:
-  """Rank the winning (key, uri) of each split into shards (plan_split)."""
-  by_split: Dict[str, List[Tuple[Tuple[str, str], int, int]]] = {}
-  duplicates: Dict[Tuple[str, str], Tuple[str, str]] = {}
-  in_splits: Dict[str, List[Tuple[str, str, str]]] = {}
-  for (uri, split), (source, _, _, key, size, copies, records) in entries.items():
-    by_split.setdefault(split, []).append(((key, uri), size, records))
-    if copies > 1:
-      duplicates[(uri, split)] = (split, key)
-    in_splits.setdefault(uri, []).append((split, source, key))
-  return ShardPlan(
-      splits={split: plan_split(split, items, num_shards, shard_size_mb, records_per_shard)
-              for split, items in sorted(by_split.items())},
-      duplicates=duplicates,
-      overlaps={uri: tuple(sorted(where)) for uri, where in sorted(in_splits.items())
-                if len(where) > 1})
+  by_split: Dict[str, Dict[int, Counts]] = {}
+  for (split, p), c in counts.items():
+    by_split.setdefault(split, {})[p] = tuple(c)
+  return ShardPlan(splits={
+      split: plan_split(split, parts, num_shards, shard_size_mb, records_per_shard)
+      for split, parts in sorted(by_split.items()) if any(c[0] for c in parts.values())})
 
 
-def overlap_warnings(plan: ShardPlan) -> List[ErrorRecord]:
-  """One warning per file that the source puts in several splits (written to each, as the
-  source asks: Ultralytics' coco128.yaml names one folder for train and val)."""
-  return [ErrorRecord(
+def order_key(entry: packed.Packed) -> Tuple:
+  """Where an annotation sorts in its partition: by split, then the shard order (hash, key,
+  uri), then which of a file's annotations wins (source, source id: the smallest)."""
+  return (entry[packed.SPLIT], entry[packed.HASH], entry[packed.KEY], entry[packed.URI],
+          entry[packed.SOURCE], entry[packed.SOURCE_ID])
+
+
+def overlap_warning(uri: str, where: Iterable[Tuple[str, str, str]]) -> ErrorRecord:
+  """The warning for a file the source puts in several splits, given (split, source, key) of
+  each (written to each, as the source asks: Ultralytics' coco128.yaml names one folder for
+  train and val)."""
+  where = sorted(where)
+  return ErrorRecord(
       source=where[0][1], stage="parse", reason="in_two_splits", key=where[0][2],
       level="warning", message=f"{uri} is in splits {', '.join(s for s, _, _ in where)}: "
       "written to each, as the source lists it (an evaluation on one of them sees images "
-      "the model trained on)") for uri, where in sorted(plan.overlaps.items())]
+      "the model trained on)")
 
 
-def shard_lengths(count: int, num_shards: int) -> List[int]:
-  """Examples per shard for rank-based cutting (what plan_split produces)."""
-  return [((i + 1) * count) // num_shards - (i * count) // num_shards
-          for i in range(num_shards)]
+def sort_partition(entries: Iterable[packed.Packed]
+                   ) -> Tuple[Dict[str, List[packed.Packed]], List[ErrorRecord]]:
+  """One partition's annotations -> ({split: its images in shard order, one per file}, reports).
+
+  A file annotated more than once in a split is one image there (the first annotation in
+  order_key's order; the others are reported, `duplicate_image`); a file in several splits
+  is written to each (one `in_two_splits` warning). Its annotations share a key, hence a
+  partition, so finding them needs no grouping of its own."""
+  ordered = sorted(entries, key=order_key)
+  by_split: Dict[str, List[packed.Packed]] = {}
+  errors: List[ErrorRecord] = []
+  splits_of: Dict[str, List[packed.Packed]] = {}
+  last = None
+  for entry in ordered:
+    split, uri = entry[packed.SPLIT], entry[packed.URI]
+    if last is not None and (last[packed.SPLIT], last[packed.URI]) == (split, uri):
+      errors.append(ErrorRecord(
+          source=entry[packed.SOURCE], stage="parse", reason="duplicate_image",
+          key=entry[packed.KEY], level="warning",
+          message=f"{uri} is annotated again (source id {entry[packed.SOURCE_ID]!r}); the "
+          f"annotation from {last[packed.SOURCE]} (source id {last[packed.SOURCE_ID]!r}) "
+          "is used"))
+      continue
+    last = entry
+    by_split.setdefault(split, []).append(entry)
+    splits_of.setdefault(uri, []).append(entry)
+  for uri, where in sorted(splits_of.items()):
+    if len(where) > 1:
+      errors.append(overlap_warning(uri, [(e[packed.SPLIT], e[packed.SOURCE], e[packed.KEY])
+                                          for e in where]))
+  return by_split, errors

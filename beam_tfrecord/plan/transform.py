@@ -1,37 +1,131 @@
-"""PlanShards: the run's ShardPlan (plan/shard_plan.py), computed once from every image."""
+"""The shard plan's transforms: partition the shard order, sort each partition into runs, plan
+from the runs' counts (plan/shard_plan.py), and list the shards to write.
+
+Nothing here holds more than one partition of images (about N / 1024) in one place, and the
+plan is O(splits x partitions): see docs/architecture.md, "Scale rules".
+"""
 from __future__ import annotations
 
-from typing import Optional
+import marshal
+import os
+import uuid
+from typing import Iterable, Optional, Tuple
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_tfrecord.finalize import progress
-from beam_tfrecord.plan import naming, shard_plan
+from beam_tfrecord.plan import naming, runs, shard_plan
 from beam_tfrecord.records import packed
+from beam_tfrecord.storage import paths
+from beam_tfrecord.storage.spill import Spill, read_records
+
+
+class _SpillPartitions(beam.DoFn):
+  """packed.Packed -> (partition, spill file): the images of a bundle appended, by partition,
+  to files of their own under `directory` (local disk); one element per file at the end of the
+  bundle. Memory: spill.BUFFER_BYTES of buffered annotations."""
+
+  def __init__(self, directory: str):
+    self.directory = directory
+
+  def start_bundle(self):
+    self._spill = Spill(shard_plan.PARTITIONS, paths.join(self.directory, uuid.uuid4().hex))
+    os.makedirs(self._spill.directory, exist_ok=True)
+
+  def process(self, image: packed.Packed):
+    self._spill.add(shard_plan.partition_of(image[packed.HASH]), marshal.dumps(image))
+
+  def finish_bundle(self):
+    self._spill.flush()
+    for p in sorted(self._spill.written):
+      yield WindowedValue((p, self._spill.path(p)), MIN_TIMESTAMP, [GlobalWindow()])
+
+
+class _SortRuns(beam.DoFn):
+  """(partition, [packed.Packed] or [spill file]) -> ((split, partition), (images, records,
+  bytes)), and ErrorRecords ('errors'): the partition's images sorted, one per file and split
+  (shard_plan.sort_partition), written as one run per split into `directory`.
+  Memory: one partition."""
+
+  def __init__(self, directory: str, from_files: bool):
+    self.directory, self.from_files = directory, from_files
+
+  def process(self, element):
+    partition, items = element
+    if self.from_files:
+      files = sorted(items)
+      entries = [marshal.loads(r) for path in files for r in read_records(path)]
+    else:
+      entries = list(items)
+    by_split, errors = shard_plan.sort_partition(entries)
+    del entries
+    for split, unique in sorted(by_split.items()):
+      runs.write_run(self.directory, split, partition, unique)
+      yield (split, partition), (len(unique), sum(e[packed.RECORDS] for e in unique),
+                                 sum(e[packed.SIZE] for e in unique))
+    for error in errors:
+      yield beam.pvalue.TaggedOutput("errors", error)
+    if self.from_files:  # read and sorted: the spill is not needed again
+      for path in files:
+        os.remove(path)
+
+
+class SortRuns(beam.PTransform):
+  """PCollection[packed.Packed] -> (PCollection of ((split, partition), (images, records,
+  bytes)), PCollection[ErrorRecord]).
+
+  Each image goes to its partition of the shard order (shard_plan.partition_of); each
+  partition is sorted on one worker and written as one run file per split into `directory`.
+  With `spill_directory` (a local disk every worker of a local runner shares), the partitions
+  are gathered through files there, which keeps a local run's memory flat (the in-process
+  runner holds a grouped PCollection whole); otherwise by a GroupByKey, the runner's shuffle.
+  Largest element: one partition, about N / 1024 images.
+  """
+
+  def __init__(self, directory: str, spill_directory: Optional[str] = None):
+    super().__init__()
+    self.directory, self.spill_directory = directory, spill_directory
+
+  def expand(self, images):
+    if self.spill_directory:
+      grouped = (images
+                 | "Spill" >> beam.ParDo(_SpillPartitions(self.spill_directory))
+                 | "GroupSpills" >> beam.GroupByKey())
+    else:
+      grouped = (images
+                 | "ByPartition" >> beam.Map(
+                     lambda p: (shard_plan.partition_of(p[packed.HASH]), p))
+                 | "GroupByPartition" >> beam.GroupByKey())
+    sorted_ = grouped | "Sort" >> beam.ParDo(
+        _SortRuns(self.directory, bool(self.spill_directory))).with_outputs(
+            "errors", main="counts")
+    return sorted_.counts, sorted_.errors
 
 
 class _PlanFn(beam.CombineFn):
-  """packed.Packed -> shard_plan.ShardPlan, combined ({(uri, split): winner}) rather than gathered:
-  the runner lifts the combine before its shuffle, so one accumulator per bundle crosses it.
-  Each image's planned records (the schema's) are what --records-per-shard counts."""
+  """((split, partition), (images, records, bytes)) -> shard_plan.ShardPlan; the accumulator
+  is O(splits x partitions)."""
 
   def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float],
                records_per_shard: Optional[int] = None):
     self.num_shards, self.shard_size_mb = num_shards, shard_size_mb
     self.records_per_shard = records_per_shard
 
-  def create_accumulator(self) -> shard_plan.PlanEntries:
+  def create_accumulator(self) -> shard_plan.PlanCounts:
     return {}
 
-  def add_input(self, acc, image: packed.Packed):
-    return shard_plan.add_plan_entry(acc, image[packed.URI], packed.plan_entry(image))
+  def add_input(self, acc, element):
+    return shard_plan.add_counts(acc, *element)
 
   def merge_accumulators(self, accs):
     accs = iter(accs)
     merged = next(accs)
     for acc in accs:
-      for (uri, _), entry in acc.items():
-        shard_plan.add_plan_entry(merged, uri, entry)
+      for key, counts in acc.items():
+        shard_plan.add_counts(merged, key, counts)
     return merged
 
   def extract_output(self, acc) -> shard_plan.ShardPlan:
@@ -39,12 +133,13 @@ class _PlanFn(beam.CombineFn):
 
 
 class PlanShards(beam.PTransform):
-  """PCollection[packed.Packed] (split and size set) -> PCollection of one shard_plan.ShardPlan.
+  """PCollection of run counts ((split, partition), (images, records, bytes)) -> PCollection
+  of one shard_plan.ShardPlan.
 
-  One combine over all images (_PlanFn). The plan also records each split's planned image
-  count in the run directory for the progress line (progress.py), and checks the names of all
-  shards together (--shard-name-template) before any is written, since the writer waits for
-  the plan: a clash raises, failing the run with nothing written.
+  The plan also records each split's planned image count in the run directory for the
+  progress line (progress.py), and checks the names of all shards together
+  (--shard-name-template) before any is written, since the writer waits for the plan: a
+  clash raises, failing the run with nothing written.
   """
 
   def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float], staging: str,
@@ -54,7 +149,7 @@ class PlanShards(beam.PTransform):
     self.combine = _PlanFn(num_shards, shard_size_mb, records_per_shard)
     self.staging, self.template = staging, template
 
-  def expand(self, images):
+  def expand(self, counts):
     staging, template = self.staging, self.template
 
     def planned(plan: shard_plan.ShardPlan) -> shard_plan.ShardPlan:
@@ -64,6 +159,11 @@ class PlanShards(beam.PTransform):
         naming.shard_names(list(plan.splits.values()), template)
       return plan
 
-    return (images
+    return (counts
             | "Combine" >> beam.CombineGlobally(self.combine)
             | "Planned" >> beam.Map(planned))
+
+
+def shard_tasks(_, plan: shard_plan.ShardPlan, skip: bool = False) -> Iterable[Tuple[str, int]]:
+  """(split, shard) of every shard to write; none when the run is skipped (--if-changed)."""
+  return [] if skip else plan.tasks()

@@ -1,16 +1,27 @@
 """PrepareImages: every image located (file size) and given its split; duplicates dropped."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
 from beam_tfrecord.finalize import output as outputs
 from beam_tfrecord.prepare import splitting
 from beam_tfrecord.prepare.splitting import DEFAULT_SPLIT
-from beam_tfrecord.records.model import ImageAnnotation, InputError
+from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.storage import paths
-from beam_tfrecord.write.shard_writer import pick_one
+
+
+def pick_one(uri: str, anns: Iterable[ImageAnnotation]
+             ) -> Tuple[ImageAnnotation, List[ErrorRecord]]:
+  """One example per image file: of several annotations of `uri`, the smallest by (source,
+  source id, split, key) is used and the others are reported (as plan/shard_plan's
+  sort_partition does for the shard writer)."""
+  anns = sorted(anns, key=lambda a: (a.source, a.source_id, a.split or "", a.key))
+  return anns[0], [ErrorRecord(
+      source=dup.source, stage="parse", reason="duplicate_image", key=dup.key, level="warning",
+      message=f"{uri} is annotated again (source id {dup.source_id!r}); the annotation "
+      f"from {anns[0].source} (source id {anns[0].source_id!r}) is used") for dup in anns[1:]]
 
 
 def _locate_and_assign(ann: ImageAnnotation, fractions: Optional[Mapping[str, float]],

@@ -14,16 +14,26 @@ Dataflow job's workers share one container. Beam-free: writer processes import i
 """
 from __future__ import annotations
 
+import hashlib
 import marshal
 from typing import Tuple
 
 from beam_tfrecord.records import plain
 from beam_tfrecord.records.model import ImageAnnotation
 
-# (split, key, uri, source, source_id, size_bytes, records, blob): records is what the schema
-# writes for the image (--records-per-shard counts them), blob the annotation (unpack)
-Packed = Tuple[str, str, str, str, str, int, int, bytes]
-SPLIT, KEY, URI, SOURCE, SOURCE_ID, SIZE, RECORDS, BLOB = range(8)
+# (split, key, uri, source, source_id, size_bytes, records, blob, hash): records is what the
+# schema writes for the image (--records-per-shard counts them), blob the annotation (unpack),
+# hash the image's place in the shard order (identity_hash)
+Packed = Tuple[str, str, str, str, str, int, int, bytes, int]
+SPLIT, KEY, URI, SOURCE, SOURCE_ID, SIZE, RECORDS, BLOB, HASH = range(9)
+
+
+def identity_hash(key: str) -> int:
+  """An image's 64-bit place in the shard order: a hash of its key, the same on every machine
+  and wherever the dataset sits (the key is the file's name relative to its image root; the
+  URI only breaks ties). Annotations of one key, hence of one file, are neighbours."""
+  return int.from_bytes(hashlib.blake2b(key.encode("utf-8", "surrogatepass"),
+                                        digest_size=8).digest(), "big")
 
 _TO_PLAIN, _FROM_PLAIN = plain.record_converters(ImageAnnotation)
 
@@ -31,15 +41,9 @@ _TO_PLAIN, _FROM_PLAIN = plain.record_converters(ImageAnnotation)
 def pack(ann: ImageAnnotation, records: int = 1) -> Packed:
   """An annotation whose split and size are known (PrepareImages' output)."""
   return (ann.split, ann.key, ann.uri, ann.source, ann.source_id, ann.size_bytes or 0, records,
-          marshal.dumps(_TO_PLAIN(ann)))
+          marshal.dumps(_TO_PLAIN(ann)), identity_hash(ann.key))
 
 
 def unpack(blob: bytes) -> ImageAnnotation:
   """The annotation of a Packed's BLOB."""
   return _FROM_PLAIN(marshal.loads(blob))
-
-
-def plan_entry(packed: Packed) -> Tuple[str, str, str, str, int, int, int]:
-  """sharding.PlanEntry of one image: (source, source_id, split, key, size, copies, records)."""
-  return (packed[SOURCE], packed[SOURCE_ID], packed[SPLIT], packed[KEY], packed[SIZE], 1,
-          packed[RECORDS])

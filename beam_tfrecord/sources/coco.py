@@ -1,14 +1,17 @@
 """COCO instances JSON (images, annotations, categories), parsed on workers with ijson.
 
-A COCO file can be ~450 MB (train2017), so the launcher never loads it: the pipeline starts
-from a list of (file, section) tasks, and each worker streams one section of one file with
-ijson, emitting small records. Images and their annotations meet in a CoGroupByKey.
+A COCO file can be ~450 MB (train2017), so the launcher reads at most its first
+LAUNCH_HEAD_BYTES: the pipeline starts from a list of (file, section) tasks, and each worker
+streams one section of one file with ijson, emitting small records. Images and their
+annotations meet in a CoGroupByKey. On the in-process runner one worker reads each file once
+and joins it through partitioned spill files on local disk (_JoinFile), in bounded memory.
 """
 from __future__ import annotations
 
+import contextlib
+import marshal
 import math
 import operator
-import re
 import struct
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -358,13 +361,6 @@ def _top_level_pairs(text: str) -> Optional[List[Tuple[str, Any]]]:
   return pairs if skip(text, i).end() == len(text) else None
 
 
-# The in-process runner joins a COCO file in one worker (_JoinFile) up to this size. It holds
-# the file's images and packed boxes until the categories are read: the step's peak grew by
-# 0.9 kB per image of 4 boxes (20,000 images: 230 MB, against 216 MB at 5,000), so ~200 MB for
-# train2017 (448 MB, 118k images, 860k boxes). With --include-masks segmentations are kept too.
-JOIN_IN_WORKER_BYTES = 512 << 20
-JOIN_IN_WORKER_MASKS_BYTES = 128 << 20
-
 # Annotations are combined per image before the join, so that it sees one element per image
 # rather than one per object (4.3 per image in the benchmark); the buffer is flushed at this
 # many objects to bound memory on files like train2017 (860k annotations).
@@ -378,10 +374,11 @@ _FORMAT_HINT = {"csv": "it looks like a CSV file; use --format csv",
 def check_input(uri: str) -> None:
   """Before running: `uri` is a COCO instances JSON with a non-empty `images` array.
 
-  Streams only up to the `images` array (COCO files put it before `annotations`). A syntax
-  error or a NaN is left to the pipeline, which reports what it could not read per file."""
+  Reads at most LAUNCH_HEAD_BYTES, and only up to the `images` array (COCO files put it
+  before `annotations`). What the head cannot tell (an `images` array further on, nesting
+  past it, a syntax error, a NaN) is left to the workers, which stream the whole file with a
+  depth limit and report per file what they could not read."""
   import ijson
-  from apache_beam.io.filesystems import FileSystems
 
   from beam_tfrecord.sources.checks import check_file, sniff_text
   from beam_tfrecord.storage.files import head
@@ -391,7 +388,7 @@ def check_input(uri: str) -> None:
     raise UsageError(f"--input {uri} is not a COCO JSON file"
                      + (f": {_FORMAT_HINT[kind]}" if kind in _FORMAT_HINT else ""))
   try:
-    with FileSystems.open(uri, compression_type="uncompressed") as f:
+    with _head_of(uri) as f:
       # ijson's flat events, as stream_sections: ijson.parse's prefixes ('info.item.item...')
       # for each event of a 64 kB buffer at once cost the square of the depth (20,000 '['
       # took 1.2 GB, 200,000 were killed by the OOM killer)
@@ -419,8 +416,36 @@ def check_input(uri: str) -> None:
   except UsageError:
     raise
   except Exception:
-    return  # malformed or NaN: the pipeline reports it, keeping what it can read
+    return  # malformed, NaN, or the head ends first: the workers report what they find
   raise UsageError(f"--input {uri} has no `images` array: not a COCO instances file")
+
+
+# What the launcher (the process that builds the pipeline) reads of an annotation file at
+# most: the scale rules say it reads nothing whole (train2017 is 450 MB; a file of 100M
+# images, tens of GB). Checks that need more (category id 0 in use, nesting past the head)
+# are the workers'.
+LAUNCH_HEAD_BYTES = 4 << 20
+
+
+class _Head:
+  """The first `limit` bytes of an open file, as a file (all that ijson asks of one): reads
+  stop there, so a parser fed this sees the head end as the end of the file."""
+
+  def __init__(self, f, limit: int):
+    self._f, self._left = f, limit
+
+  def read(self, size: int = -1) -> bytes:
+    size = self._left if size < 0 else min(size, self._left)
+    data = self._f.read(size) if size else b""
+    self._left -= len(data)
+    return data
+
+
+@contextlib.contextmanager
+def _head_of(uri: str, limit: Optional[int] = None) -> Iterator[_Head]:
+  from apache_beam.io.filesystems import FileSystems
+  with FileSystems.open(uri, compression_type="uncompressed") as f:
+    yield _Head(f, LAUNCH_HEAD_BYTES if limit is None else limit)
 
 
 class _ParseSection(beam.DoFn):
@@ -430,7 +455,9 @@ class _ParseSection(beam.DoFn):
   objects: ((uri, image_id), ((index, category_id, (x0, y0, x1, y1), is_crowd, area, id,
   segmentation), ...)), several per image only when the buffer was flushed between its
   annotations (id and segmentation from annotation_extras);
-  categories: ((uri, category_id), name).
+  categories: ((uri, category_id), name);
+  zero, without --label-map (drop_background), for _zero_verdict: (uri, ('used', index)) for
+  the first annotation with category_id 0, (uri, ('defined', index, name)) for a category 0.
   """
 
   flush_objects = True  # _JoinFile keeps every object until the file is read
@@ -466,6 +493,8 @@ class _ParseSection(beam.DoFn):
       # the index keeps the file's object order through the shuffle; the box travels as a
       # plain tuple (a dataclass would be pickled); extras: (id, segmentation)
       image_id, category_id, box, is_crowd, area = parsed
+      if category_id == 0 and self.drop_background and self._zero_used is None:
+        self._zero_used = index  # the run fails (category_zero)
       extras = annotation_extras(record, self.include_masks)
       self._keep(buffer, image_id, (index, category_id, box, is_crowd, area, *extras))
       self._buffered += 1
@@ -473,11 +502,7 @@ class _ParseSection(beam.DoFn):
         self._buffered = 0
         yield from self._flush(uri, buffer)
     elif parsed[0] == 0 and self.drop_background:
-      yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-          source=f"{uri}#categories[{index}]", stage="parse", reason="background_category",
-          key=uri, level="warning", message=f"category id 0 ({parsed[1]!r}) is used by no "
-          "annotation and id 0 means background in the TF OD API: dropped (Roboflow exports name the "
-          "dataset this way)"))
+      self._zero_defined.append((index, parsed[1]))  # dropped: warned of once 0 is known unused
     else:
       yield beam.pvalue.TaggedOutput("categories", ((uri, parsed[0]), parsed[1]))
 
@@ -485,8 +510,14 @@ class _ParseSection(beam.DoFn):
     split, uri, image_root, section = task
     buffer: Dict[int, List[Tuple]] = {}
     self._buffered = 0
+    self._zero_used, self._zero_defined = None, []
     yield from self._parse(uri, split, image_root, section, buffer)
     yield from self._flush(uri, buffer)
+    # the annotations and the categories are read by different tasks: _zero_verdict meets them
+    if self._zero_used is not None:
+      yield beam.pvalue.TaggedOutput("zero", (uri, ("used", self._zero_used)))
+    for index, name in self._zero_defined:
+      yield beam.pvalue.TaggedOutput("zero", (uri, ("defined", index, name)))
 
   def _parse(self, uri, split, image_root, section, buffer):
     from apache_beam.io.filesystems import FileSystems
@@ -517,28 +548,131 @@ class _ParseSection(beam.DoFn):
       yield from self._emit(uri, split, image_root, section, index, record, buffer)
 
 
-_OBJECT = struct.Struct("<qq4dBdq")  # index, category, box, flags, area, id
+_SPILLED = struct.Struct("<qqq4dBdq")  # image id, index, category, box, flags, area, id
 _CROWD, _AREA, _ID = 1, 2, 4
 
 
-def _pack_object(chunk: Tuple) -> Optional[bytes]:
-  """An object chunk without segmentation as bytes (None when it cannot be packed)."""
+def _pack_object(image_id: int, chunk: Tuple) -> Optional[bytes]:
+  """An object chunk without segmentation and its image id as 73 bytes (~400 as tuples);
+  None when it cannot be packed (a segmentation, an integer beyond 64 bits)."""
   index, category_id, box, is_crowd, area, ann_id, segmentation = chunk
   if segmentation is not None:
     return None
   flags = (_CROWD if is_crowd else 0) | (_AREA if area is not None else 0) | (
       _ID if ann_id is not None else 0)
   try:
-    return _OBJECT.pack(index, category_id, *box, flags, area or 0.0, ann_id or 0)
-  except struct.error:  # an integer beyond 64 bits
+    return _SPILLED.pack(image_id, index, category_id, *box, flags, area or 0.0, ann_id or 0)
+  except struct.error:
     return None
 
 
-def _unpack_objects(packed: bytearray) -> List[Tuple]:
-  return [(index, category_id, (x0, y0, x1, y1), bool(flags & _CROWD),
-           area if flags & _AREA else None, ann_id if flags & _ID else None, None)
-          for index, category_id, x0, y0, x1, y1, flags, area, ann_id
-          in _OBJECT.iter_unpack(packed)]
+# _JoinFile's spill: image ids in at least SPILL_PARTITIONS partitions, one more per
+# PARTITION_BYTES of the file (memory held by one partition's join stays ~3x that), at most
+# MAX_PARTITIONS; images and objects buffered in memory up to SPILL_BUFFER_BYTES before they
+# are written to local disk.
+SPILL_PARTITIONS = 64
+PARTITION_BYTES = 4 << 20
+MAX_PARTITIONS = 4096
+SPILL_BUFFER_BYTES = 8 << 20
+_MIX, _MASK = 0x9E3779B97F4A7C15, (1 << 64) - 1  # Fibonacci hashing: strided ids spread too
+
+
+class _JoinBuffer:
+  """The images and objects of one COCO file by partition of image id, joined one partition
+  at a time once the file (its categories last) is read.
+
+  Held in memory up to `buffer_bytes` (estimated), then appended to a storage.spill.Spill as
+  one record per partition and kind: partition p holds marshal dumps of image tuples
+  (image_id, file_name, width, height), n + p _SPILLED objects, 2n + p marshal dumps of
+  (image_id, chunk) for the objects that do not pack. A file that fits the buffer never
+  touches the disk. close() removes the spill directory."""
+
+  def __init__(self, partitions: int, buffer_bytes: int):
+    self.partitions, self.buffer_bytes = partitions, buffer_bytes
+    self.images: List[List[Tuple]] = [[] for _ in range(partitions)]
+    self.packed = [bytearray() for _ in range(partitions)]
+    self.loose: List[List[Tuple]] = [[] for _ in range(partitions)]
+    self.held = 0
+    self.spill = None
+
+  def add_image(self, image_id: int, file_name: str, width, height) -> None:
+    self.images[((image_id * _MIX) & _MASK) * self.partitions >> 64].append(
+        (image_id, file_name, width, height))
+    self.held += 160 + len(file_name)  # a tuple, its name and numbers in memory
+    if self.held >= self.buffer_bytes:
+      self.flush()
+
+  def add_object(self, image_id: int, chunk: Tuple) -> None:
+    partition = ((image_id * _MIX) & _MASK) * self.partitions >> 64
+    packed = _pack_object(image_id, chunk)
+    if packed is not None:
+      self.packed[partition] += packed
+      self.held += 73
+    else:
+      self.loose[partition].append((image_id, chunk))
+      self.held += 400 + len(chunk[6] or "")
+    if self.held >= self.buffer_bytes:
+      self.flush()
+
+  def flush(self) -> None:
+    """Everything held goes to the spill files."""
+    from beam_tfrecord.storage.spill import Spill
+    n = self.partitions
+    if self.spill is None:
+      self.spill = Spill(3 * n, buffer_bytes=self.buffer_bytes, prefix="coco")
+    for p in range(n):
+      if self.images[p]:
+        self.spill.add(p, marshal.dumps(self.images[p]))
+        self.images[p] = []
+      if self.packed[p]:
+        self.spill.add(n + p, bytes(self.packed[p]))
+        self.packed[p] = bytearray()
+      if self.loose[p]:
+        self.spill.add(2 * n + p, marshal.dumps(self.loose[p]))
+        self.loose[p] = []
+    self.spill.flush()
+    self.held = 0
+
+  def partition(self, p: int) -> Tuple[Dict[int, List[Tuple]], Dict[int, List[Tuple]]]:
+    """({image_id: [(file_name, width, height), ...]}, {image_id: [chunk, ...]}) of partition
+    p, from its spill files and what is still held (then dropped); objects in file order."""
+    n, spill = self.partitions, self.spill
+    images: Dict[int, List[Tuple]] = {}
+    batches = [marshal.loads(b) for b in spill.read(p)] if spill else []
+    batches.append(self.images[p])
+    self.images[p] = []
+    for batch in batches:
+      for image_id, file_name, width, height in batch:
+        found = images.get(image_id)
+        if found is None:
+          images[image_id] = [(file_name, width, height)]
+        else:
+          found.append((file_name, width, height))
+    del batches
+    data = b"".join([*(spill.read(n + p) if spill else ()), self.packed[p]])
+    self.packed[p] = bytearray()
+    objects: Dict[int, List[Tuple]] = {}
+    for image_id, index, category_id, x0, y0, x1, y1, flags, area, ann_id in \
+        _SPILLED.iter_unpack(data):
+      chunk = (index, category_id, (x0, y0, x1, y1), bool(flags & _CROWD),
+               area if flags & _AREA else None, ann_id if flags & _ID else None, None)
+      kept = objects.get(image_id)
+      if kept is None:
+        objects[image_id] = [chunk]
+      else:
+        kept.append(chunk)
+    del data
+    loose = [marshal.loads(b) for b in spill.read(2 * n + p)] if spill else []
+    loose.append(self.loose[p])
+    self.loose[p] = []
+    for batch in loose:
+      for image_id, chunk in batch:
+        objects.setdefault(image_id, []).append(chunk)
+    return images, objects
+
+  def close(self) -> None:
+    if self.spill is not None:
+      self.spill.close()
 
 
 def _all_entries(uri: str, found: set, bad: List[Tuple[str, InputError]]
@@ -584,57 +718,64 @@ class _JoinFile(_ParseSection):
 
   The whole file in one pass over its bytes, joined here: one element per image from the
   start, where the distributed path parses the file once per section and meets images and
-  their objects in a CoGroupByKey. Holds the file's parsed images and objects (not their
-  segmentations, unless --include-masks): used for files up to JOIN_IN_WORKER_BYTES on the
-  in-process runner, which runs one stage at a time on one thread anyway.
+  their objects in a CoGroupByKey. COCO's categories come last, so images and objects wait in
+  a _JoinBuffer, spilled to local disk by partition of image id past `buffer_bytes`, and are
+  joined one partition at a time: memory is bounded by the buffer plus one partition, not by
+  the file. Used for every file on the in-process runner (one stage at a time, one thread).
+  Images come out by partition, not in the file's order.
   """
 
   flush_objects = False
 
-  def _keep(self, buffer, image_id: int, chunk: Tuple) -> None:
-    """Objects wait here until the file's categories (last, in COCO files) are read: packed
-    into one bytearray per image (65 bytes an object instead of ~400 as tuples: the peak of
-    this step grew 2.3 kB per image). Objects with a segmentation, or numbers that do not fit,
-    keep the image's objects as tuples."""
-    kept = buffer.get(image_id)
-    if not isinstance(kept, list):
-      packed = _pack_object(chunk)
-      if packed is not None:
-        if kept is None:
-          buffer[image_id] = bytearray(packed)
-        else:
-          kept += packed
-        return
-      kept = _unpack_objects(kept) if kept is not None else []
-      buffer[image_id] = kept
-    kept.append(chunk)
-
   def __init__(self, allow_absolute: bool, follow_symlinks: bool = False,
-               drop_background: bool = False, include_masks: bool = False):
+               drop_background: bool = False, include_masks: bool = False,
+               partitions: int = SPILL_PARTITIONS, buffer_bytes: int = SPILL_BUFFER_BYTES):
     super().__init__(allow_absolute, drop_background, include_masks)
     self.follow_symlinks = follow_symlinks
+    self.partitions, self.buffer_bytes = partitions, buffer_bytes
+
+  def _keep(self, buffer, image_id: int, chunk: Tuple) -> None:
+    buffer.add_object(image_id, chunk)
+
+  def _partitions(self, uri: str) -> int:
+    try:
+      from apache_beam.io.filesystems import FileSystems
+      size = FileSystems.get_filesystem(uri).size(uri)
+    except Exception:  # missing or unreadable: parsing reports it
+      size = 0
+    return min(MAX_PARTITIONS, max(self.partitions, -(-size // PARTITION_BYTES)))
 
   def process(self, task):
     split, uri, image_root = task
-    objects: Dict[int, List[Tuple]] = {}
-    images: Dict[Tuple[str, int], List[Tuple]] = {}
+    buffer = _JoinBuffer(self._partitions(uri), self.buffer_bytes)
     names: Dict[Tuple[str, int], List[str]] = {}
     self._buffered = 0
-    for out in self._parse_all(uri, split, image_root, objects):
-      if not isinstance(out, beam.pvalue.TaggedOutput):
-        images.setdefault(out[0], []).append(out[1])
-        continue
-      if out.tag == "categories":
-        names.setdefault(out.value[0], []).append(out.value[1])
-      yield out
-    categories = {key: min(found) for key, found in names.items()}  # as PickCategory
-    for image_id in objects.keys() - {image_id for _, image_id in images}:
-      images[(uri, image_id)] = []  # objects of an unknown image: reported by join_image
-    for key, found in images.items():
-      kept = objects.get(key[1], ())
-      chunk = tuple(_unpack_objects(kept) if isinstance(kept, bytearray) else kept)
-      yield from join_image((key, {"image": found, "objects": [chunk] if chunk else []}),
-                            categories, self.allow_absolute, self.follow_symlinks)
+    self._zero_used, self._zero_defined = None, []
+    try:
+      for out in self._parse_all(uri, split, image_root, buffer):
+        if not isinstance(out, beam.pvalue.TaggedOutput):
+          (_, image_id), (_, _, file_name, width, height) = out
+          buffer.add_image(image_id, file_name, width, height)
+          continue
+        if out.tag == "categories":
+          names.setdefault(out.value[0], []).append(out.value[1])
+        yield out
+      for error in category_zero(uri, self._zero_used, self._zero_defined):
+        yield beam.pvalue.TaggedOutput("errors", error)
+      categories = {key: min(found) for key, found in names.items()}  # as PickCategory
+      for p in range(buffer.partitions):
+        images, objects = buffer.partition(p)
+        for image_id, found in images.items():
+          kept = objects.pop(image_id, None)
+          yield from join_image(
+              ((uri, image_id), {"image": [(split, image_root, *f) for f in found],
+                                 "objects": [kept] if kept else []}),
+              categories, self.allow_absolute, self.follow_symlinks)
+        for image_id, kept in objects.items():  # objects of an unknown image: reported
+          yield from join_image(((uri, image_id), {"image": [], "objects": [kept]}),
+                                categories, self.allow_absolute, self.follow_symlinks)
+    finally:
+      buffer.close()
 
   def _parse_all(self, uri, split, image_root, buffer):
     """_parse for every section in one pass; after a streaming error, each section goes on
@@ -735,46 +876,39 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
                         size_bytes=size)
 
 
-_USES_ZERO = re.compile(rb'"category_id"\s*:\s*-?0(\.0*)?(?![0-9.eE])')
+# The reason of the error that fails a run whose annotations use category id 0 with no
+# --label-map: finalize/manifest.USAGE_REASONS makes it exit 2, and the CLI's last line is
+# this record's key (the file) and message (what to do).
+CATEGORY_ZERO_USED = "category_zero_used"
 
 
-def uses_category_zero(uri: str, chunk: int = 16 << 20) -> bool:
-  """True when an annotation of the file has category_id 0. A regex over the bytes first
-  (measured 0.36 s for 53 MB of annotations on a busy 2-core machine, where streaming them
-  with ijson took 3.5 s: the launcher cannot stream train2017's 450 MB); only a hit is
-  confirmed by parsing."""
-  from apache_beam.io.filesystems import FileSystems
-  hit, tail = False, b""
-  with FileSystems.open(uri, compression_type="uncompressed") as f:
-    while not hit:
-      block = f.read(chunk)
-      if not block:
-        break
-      window = tail + block  # a match may straddle reads
-      hit = bool(_USES_ZERO.search(window))
-      tail = window[-64:]
-  if not hit:
-    return False
-  with FileSystems.open(uri, compression_type="uncompressed") as f:
-    try:
-      return any(isinstance(a, dict) and a.get("category_id") == 0
-                 for a in stream_section(f, "annotations"))
-    except Exception:  # malformed: the pipeline reports it
-      return False
+def category_zero(uri: str, used: Optional[int], defined: Sequence[Tuple[int, str]]
+                  ) -> Iterator[ErrorRecord]:
+  """What a file's category id 0 comes to without --label-map (0 is background in the TF OD
+  API, the dataset's name in Roboflow exports): `used`, the index of the first annotation
+  with category_id 0 (None: none has), fails the run; else each category 0 of `defined`
+  ((index in `categories`, name)) is dropped with a warning."""
+  if used is not None:
+    yield ErrorRecord(
+        source=f"{uri}#annotations[{used}]", stage="parse", reason=CATEGORY_ZERO_USED, key=uri,
+        level="file", message="annotations use category id 0, which the TF OD API reserves "
+        "for background; give --label-map with an id >= 1 for that category's name")
+    return
+  for index, name in sorted(defined):
+    yield ErrorRecord(
+        source=f"{uri}#categories[{index}]", stage="parse", reason="background_category",
+        key=uri, level="warning", message=f"category id 0 ({name!r}) is used by no "
+        "annotation and id 0 means background in the TF OD API: dropped (Roboflow exports name "
+        "the dataset this way)")
 
 
-def check_background_category(uris: Sequence[str]) -> None:
-  """Before running: annotations that use category id 0 (background in the TF OD API, the
-  dataset's name in Roboflow exports) cannot get a label id of their own."""
-  for uri in uris:
-    try:
-      used = uses_category_zero(uri)
-    except Exception:  # missing or unreadable: the pipeline reports it
-      continue
-    if used:
-      raise UsageError(
-          f"{uri}: annotations use category id 0, which the TF OD API reserves for "
-          "background; give --label-map with an id >= 1 for that category's name")
+def _zero_verdict(element) -> Iterator[ErrorRecord]:
+  """(uri, [('used', index) | ('defined', index, name), ...]) from the section tasks ->
+  category_zero's records."""
+  uri, notes = element
+  used = [note[1] for note in notes if note[0] == "used"]
+  yield from category_zero(uri, min(used) if used else None,
+                           [(note[1], note[2]) for note in notes if note[0] == "defined"])
 
 
 def detect(path: str) -> Optional[str]:
@@ -789,13 +923,13 @@ def detect(path: str) -> Optional[str]:
 
 
 def _top_keys(uri: str, limit: int = 1_000_000) -> set:
-  """Top-level keys of a JSON object, streaming; stops at `images` or `annotations`."""
+  """Top-level keys of a JSON object, streaming; stops at `images` or `annotations`, at
+  `limit` events or at LAUNCH_HEAD_BYTES (--format auto runs on the launcher)."""
   import ijson
-  from apache_beam.io.filesystems import FileSystems
   keys: set = set()
   depth = 0
   try:
-    with FileSystems.open(uri, compression_type="uncompressed") as f:
+    with _head_of(uri) as f:
       for n, (event, value) in enumerate(ijson.basic_parse(f)):
         if n == 0 and event != "start_map":
           break
@@ -819,10 +953,12 @@ class ReadCoco(beam.PTransform):
 
   In: `inputs`, a list of (split or None, json_uri, image_root). Out: one ImageAnnotation per
   COCO image (images without annotations included), ErrorRecords, and (name, category_id)
-  pairs, so that label ids keep COCO's category ids. With drop_background, a category with
-  id 0 is dropped with a warning (check_background_category has made sure nothing uses it).
+  pairs, so that label ids keep COCO's category ids. With drop_background (no --label-map),
+  a category with id 0 is dropped with a warning when no annotation uses it, and a file whose
+  annotations use it gives a category_zero_used error, which fails the run (category_zero).
   With include_masks each object carries its `segmentation` (as compact JSON) for the writer
-  to rasterize.
+  to rasterize. join_in_worker (the in-process runner): each file is read and joined by one
+  _JoinFile, in bounded memory; else a task per file and section, and a CoGroupByKey.
   """
 
   def __init__(self, inputs: Sequence[Tuple[Optional[str], str, str]],
@@ -834,21 +970,11 @@ class ReadCoco(beam.PTransform):
     self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
     self.drop_background = drop_background
     self.include_masks = include_masks
-    self.join_in_worker = join_in_worker  # files up to JOIN_IN_WORKER_BYTES: _JoinFile
-
-  def _joined_in_worker(self, uri: str) -> bool:
-    if not self.join_in_worker:
-      return False
-    try:
-      from apache_beam.io.filesystems import FileSystems
-      size = FileSystems.get_filesystem(uri).size(uri)
-    except Exception:  # missing or unreadable: either path reports it
-      return True
-    return size <= (JOIN_IN_WORKER_MASKS_BYTES if self.include_masks else JOIN_IN_WORKER_BYTES)
+    self.join_in_worker = join_in_worker  # every file through _JoinFile
 
   def expand(self, root):
-    whole = [i for i in self.inputs if self._joined_in_worker(i[1])]
-    streamed = [i for i in self.inputs if i not in whole]
+    whole = self.inputs if self.join_in_worker else []
+    streamed = [] if self.join_in_worker else self.inputs
     images, categories, errors = [], [], []
     if whole:
       files = (root
@@ -868,9 +994,12 @@ class ReadCoco(beam.PTransform):
                 | "Spread" >> beam.Reshuffle()
                 | "Stream" >> beam.ParDo(_ParseSection(
                     self.allow_absolute, self.drop_background, self.include_masks))
-                .with_outputs("objects", "categories", "errors", main="images"))
+                .with_outputs("objects", "categories", "errors", "zero", main="images"))
       categories.append(parsed.categories)
       errors.append(parsed.errors)
+      errors.append(parsed.zero  # at most 2 per file and category 0, usually none
+                    | "GroupZero" >> beam.GroupByKey()
+                    | "CategoryZero" >> beam.FlatMap(_zero_verdict))
     if len(categories) > 1:
       categories = [tuple(categories) | "AllCategories" >> beam.Flatten()]
     grouped = categories[0] | "GroupCategories" >> beam.GroupByKey()
@@ -898,11 +1027,11 @@ EXPORT_FILE = "_annotations.coco.json"  # the file in each split folder of a Rob
 
 
 def check(config) -> None:
-  uris = [paths.parse_assignment(item)[1] for item in config.inputs]
-  for uri in uris:
-    check_input(uri)
-  if not config.label_map:
-    check_background_category(uris)
+  """Only what the head of each file tells (check_input); category id 0 in use without
+  --label-map is found by the workers (category_zero), and fails the run before the output is
+  replaced."""
+  for item in config.inputs:
+    check_input(paths.parse_assignment(item)[1])
 
 
 def possible_splits(config) -> Optional[set]:

@@ -109,6 +109,49 @@ def _allow_pillow(max_pixels: int) -> None:
     Image.MAX_IMAGE_PIXELS = max_pixels // 2 + 1
 
 
+# JPEG markers with no length field, and the start-of-frame markers (not DHT, JPG, DAC)
+_STANDALONE = frozenset([0x01, *range(0xD0, 0xD8)])
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def jpeg_header(data: bytes) -> Optional[Tuple[int, int, int]]:
+  """(width, height, channels) of a plain JPEG read from its markers, or None to ask Pillow:
+  any EXIF segment (orientation), a frame that is not 8-bit with 1 or 3 components, or a
+  marker structure that does not reach the scan. Pillow's open was 40% of a small image's
+  conversion (64x48 JPEGs: ~45 us of ~110 us per image in the writer, cProfile); this reads
+  the same few hundred header bytes without building an Image."""
+  at, end = 2, len(data)
+  frame = None
+  while at + 4 <= end:
+    if data[at] != 0xFF:
+      return None
+    marker = data[at + 1]
+    if marker == 0xFF:  # fill byte
+      at += 1
+      continue
+    if marker in _STANDALONE:
+      at += 2
+      continue
+    length = (data[at + 2] << 8) | data[at + 3]
+    if length < 2 or at + 2 + length > end:
+      return None
+    if marker == 0xE1 and data[at + 4:at + 10] == b"Exif\x00\x00":
+      return None
+    if marker in _SOF:
+      if length < 8 or frame is not None:
+        return None
+      precision, components = data[at + 4], data[at + 9]
+      height = (data[at + 5] << 8) | data[at + 6]
+      width = (data[at + 7] << 8) | data[at + 8]
+      if precision != 8 or components not in (1, 3) or not width or not height:
+        return None
+      frame = (width, height, components)
+    if marker == 0xDA:  # start of scan: the header is complete
+      return frame
+    at += 2 + length
+  return None
+
+
 def probe(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageInfo:
   """Format, size, channels and EXIF orientation from the header, without decoding pixels."""
   if not data:
@@ -117,6 +160,16 @@ def probe(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageInfo:
   if fmt is None:
     raise InputError("decode", "unknown_format",
                      f"not a recognised image (first bytes {data[:8]!r})")
+  if fmt == "jpeg":
+    header = jpeg_header(data)
+    if header is not None:
+      width, height, channels = header
+      if width * height > max_pixels:
+        raise InputError("decode", "decompression_bomb",
+                         f"{width}x{height} = {width * height} pixels exceeds the limit of "
+                         f"{max_pixels} (raise --max-pixels to allow it)")
+      _check_complete(data, fmt)
+      return ImageInfo(format=fmt, width=width, height=height, channels=channels)
   _allow_pillow(max_pixels)
   try:
     with Image.open(io.BytesIO(data)) as image:

@@ -24,14 +24,14 @@ from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from beam_tfrecord.finalize import progress
 from beam_tfrecord.finalize.output import kill_point
-from beam_tfrecord.plan import naming
+from beam_tfrecord.plan import naming, runs
 from beam_tfrecord.records import packed
+from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.records.tfrecord import framing
-from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.prefetch import prefetch
 from beam_tfrecord.write.encode import (Converted, EncodeOptions, convert,
-                                         fetch_image)
+                                        fetch_image)
 
 # Read-ahead of the shard writer (beam_tfrecord.storage.prefetch): threads, and a cap on the bytes
 # fetched but not yet written. Writer processes (WriterPool) read their local files inline:
@@ -77,36 +77,6 @@ def merge_stats(items: Iterable[Dict]) -> Dict:
   return merged
 
 
-def pick_one(uri: str, anns: Iterable[ImageAnnotation]
-             ) -> Tuple[ImageAnnotation, List[ErrorRecord]]:
-  """One example per image file: of several annotations of `uri`, the smallest by (source,
-  source id, split, key) is used and the others are reported."""
-  anns = sorted(anns, key=lambda a: (a.source, a.source_id, a.split or "", a.key))
-  return anns[0], [ErrorRecord(
-      source=dup.source, stage="parse", reason="duplicate_image", key=dup.key, level="warning",
-      message=f"{uri} is annotated again (source id {dup.source_id!r}); the annotation "
-      f"from {anns[0].source} (source id {anns[0].source_id!r}) is used") for dup in anns[1:]]
-
-
-def unique_files(anns: Iterable[ImageAnnotation], errors: List[ErrorRecord]
-                 ) -> List[ImageAnnotation]:
-  """One annotation per file, in (key, uri) order; the others go to `errors`. A shard holds
-  one split, and the plan routes every annotation of a file in that split to the shard of the
-  one that wins (ShardPlan.route)."""
-  by_uri: Dict[str, List[ImageAnnotation]] = {}
-  for ann in anns:
-    by_uri.setdefault(ann.uri, []).append(ann)
-  kept = []
-  for uri, group in by_uri.items():
-    if len(group) == 1:
-      kept.append(group[0])
-    else:
-      winner, dups = pick_one(uri, group)
-      kept.append(winner)
-      errors.extend(dups)
-  return sorted(kept, key=lambda a: (a.key, a.uri))
-
-
 def read_ahead_workers(uri: str) -> int:
   """Threads reading a shard's images ahead: object stores wait on round trips, local files
   on little (measured in benchmarks/README.md)."""
@@ -115,16 +85,21 @@ def read_ahead_workers(uri: str) -> int:
 
 @dataclasses.dataclass
 class ShardTask:
-  """One (split, shard) group and everything needed to write it."""
+  """One (split, shard) and everything needed to write it: its images are those at positions
+  [lo, hi) of the runs (plan/runs.py) it names, read here."""
   staging: str                     # the run directory the shard is written into
   split: str
   shard: int
   num_shards: int
-  images: List[bytes]              # the group's annotations (packed.BLOB), unpacked here
+  runs: List[Tuple[str, int]]      # (run file, position of its first image), in order
+  lo: int
+  hi: int
+  by_records: bool                 # positions count records (--records-per-shard)
   label_map: Mapping[str, int]
   options: EncodeOptions
   template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE
   read_ahead: int = 0              # read-ahead threads; 0: by where the images are
+  remote_images: bool = False
 
 
 @dataclasses.dataclass
@@ -157,9 +132,9 @@ def _size(uri: str) -> int:
 def write_shard(task: ShardTask) -> ShardResult:
   """Write one shard under a unique hidden name, then rename it to its staging name.
 
-  Images go in (key, uri) order (a file annotated twice is written once, the others are
-  reported); one image's records stay together. A retried shard rewrites the same bytes under
-  the same name. Bad images become errors; only I/O failures of the shard file raise."""
+  Images go in shard order (the runs', one per file: plan/shard_plan.sort_partition); one
+  image's records stay together. A retried shard rewrites the same bytes under the same name.
+  Bad images become errors; only I/O failures of the shard file raise."""
   split, shard, num_shards = task.split, task.shard, task.num_shards
   name = naming.shard_name(split, shard, num_shards)
   final = paths.child(task.staging, name)  # child: checked where it is written
@@ -167,8 +142,8 @@ def write_shard(task: ShardTask) -> ShardResult:
   stats = new_stats(split, shard, name)
   errors: List[ErrorRecord] = []
   done = progress.ShardCounter(task.staging, name)
-  anns = unique_files(map(packed.unpack, task.images), errors)
-  workers = task.read_ahead or (read_ahead_workers(anns[0].uri) if anns else 0)
+  anns = map(packed.unpack, runs.select(task.runs, task.lo, task.hi, task.by_records))
+  workers = task.read_ahead or (REMOTE_READ_AHEAD if task.remote_images else LOCAL_READ_AHEAD)
   limit = task.options.max_image_bytes  # larger files are rejected from a stat, unread
   ahead = prefetch(anns, lambda a: fetch_image(a, task.options),
                    lambda a: min(a.size_bytes or 0, limit), workers, READ_AHEAD_BYTES)

@@ -1,15 +1,16 @@
 """Writing examples: our shard writer (default) and Beam's WriteToTFRecord (option).
 
-The shard writer groups only ImageAnnotation records by (split, shard) and reads the image
-bytes inside the DoFn that writes the shard, so no image byte is ever shuffled and memory stays
-flat (measurements in DESIGN.md). A shard is written under a unique hidden name inside the
-run's staging directory and renamed there when complete; the finalize step moves complete
-shards into the output directory and writes manifest.json last. A retried bundle rewrites
-the same bytes under the same name, so retries leave neither duplicates nor gaps.
+The shard writer reads a shard's annotations from the sorted runs of the plan (plan/runs.py)
+and the image bytes inside the DoFn that writes the shard, so no image byte is ever shuffled
+and memory stays flat (measurements in docs/architecture.md). A shard is written under a
+unique hidden name inside the run's staging directory and renamed there when complete; the
+finalize step moves complete shards into the output directory and writes manifest.json last.
+A retried bundle rewrites the same bytes under the same name, so retries leave neither
+duplicates nor gaps.
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional, Tuple
+from typing import Iterable, Optional
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -18,11 +19,9 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_tfrecord.finalize.output import kill_point
-from beam_tfrecord.plan import naming
+from beam_tfrecord.plan import naming, runs
 from beam_tfrecord.plan.shard_plan import ShardPlan
-from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import ImageAnnotation
-from beam_tfrecord.records.packed import BLOB, KEY, SPLIT, URI
 from beam_tfrecord.storage import paths
 from beam_tfrecord.write.encode import EncodeOptions, convert
 from beam_tfrecord.write.shard_writer import (ShardResult, ShardTask,
@@ -48,17 +47,18 @@ def release_freed_memory() -> None:
 
 
 class _WriteShard(beam.DoFn):
-  """((split, shard), [packed BLOB]) -> shard stats; errors to the 'errors' output.
+  """(split, shard) -> shard stats; errors to the 'errors' output.
 
   With processes > 1 (the in-process local runner, which runs this stage on one thread), the
   shards of a bundle are written by a shard_writer.WriterPool and emitted when the bundle
   finishes, in the order they came; otherwise each is written here. With min_images, fewer
   processes are used for a small plan (shard_writer.processes_for)."""
 
-  def __init__(self, staging: str, options: EncodeOptions,
+  def __init__(self, staging: str, runs_directory: str, options: EncodeOptions,
                template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE, processes: int = 1,
-               min_images: int = 0):
-    self.staging = staging
+               min_images: int = 0, remote_images: bool = False):
+    self.staging, self.runs = staging, runs_directory
+    self.remote_images = remote_images
     self.options = options
     self.template = template
     self.processes, self.min_images = processes, min_images
@@ -73,11 +73,14 @@ class _WriteShard(beam.DoFn):
     self._pending, self._decided = [], False
 
   def process(self, element, label_map, plan: ShardPlan):
-    (split, shard), images = element
-    task = ShardTask(self.staging, split, shard, plan.splits[split].num_shards, list(images),
-                     dict(label_map), self.options, self.template)
-    local = not paths.is_remote(self.staging) and not any(
-        paths.is_remote(packed.unpack(blob).uri) for blob in task.images[:1])
+    split, shard = element
+    split_plan = plan.splits[split]
+    lo, hi = split_plan.shard_range(shard)
+    task = ShardTask(self.staging, split, shard, split_plan.num_shards,
+                     runs.shard_runs(self.runs, split, split_plan.runs_of(shard)), lo, hi,
+                     split_plan.by_records, dict(label_map), self.options, self.template,
+                     remote_images=self.remote_images)
+    local = not paths.is_remote(self.staging) and not self.remote_images
     if not self._decided:  # once per bundle, from the whole plan
       self._decided = True
       # by default only for local files: a writer reading gs:// imports Beam (3.8 s), and
@@ -128,34 +131,35 @@ class _WriteShard(beam.DoFn):
 
 
 class WriteShards(beam.PTransform):
-  """PCollection[packed.Packed] (ImageAnnotations with split and size, packed) ->
-  (PCollection[shard stats], PCollection[errors]).
+  """PCollection of (split, shard) -> (PCollection[shard stats], PCollection[errors]).
 
   Side inputs: label_map ({name: id}, singleton) and plan (shard_plan.ShardPlan, singleton).
-  Writes STAGING/SPLIT-SSSSS-of-NNNNN.tfrecord, examples sorted by (key, uri), byte-identical
-  across runs. A file annotated more than once in a split is written once there (the others
-  are reported): the plan sends all its annotations in that split to one shard, so this costs
-  no shuffle of its own; a file in two splits is written to each (ShardPlan.overlaps).
+  Writes STAGING/SPLIT-SSSSS-of-NNNNN.tfrecord from the plan's runs in `runs_directory`, in
+  shard order, byte-identical across runs, runners and worker counts. Elements are spread over
+  workers first (a Reshuffle) unless the runner is the in-process one (`processes` > 1 or
+  `spread` False), which hands them to writer processes instead.
   A stats entry's `path` is the name from `template`, `staged` the staging name if different.
   """
 
-  def __init__(self, staging: str, label_map, plan, options: EncodeOptions,
-               template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE, processes: int = 1,
-               min_images: int = 0):
+  def __init__(self, staging: str, runs_directory: str, label_map, plan,
+               options: EncodeOptions, template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE,
+               processes: int = 1, min_images: int = 0, remote_images: bool = False,
+               spread: bool = True):
     super().__init__()
-    self.staging, self.label_map, self.plan = staging, label_map, plan
+    self.staging, self.runs = staging, runs_directory
+    self.label_map, self.plan = label_map, plan
     self.options = options
     self.template = template
     self.processes, self.min_images = processes, min_images
+    self.remote_images, self.spread = remote_images, spread
 
-  def expand(self, images):
-    written = (images
-               | "KeyByShard" >> beam.Map(
-                   lambda p, plan: (plan.route(p[SPLIT], p[KEY], p[URI]), p[BLOB]), self.plan)
-               .with_output_types(Tuple[Tuple[str, int], bytes])
-               | "GroupByShard" >> beam.GroupByKey()
-               | "Write" >> beam.ParDo(_WriteShard(self.staging, self.options, self.template,
-                                                   self.processes, self.min_images),
+  def expand(self, tasks):
+    if self.spread:
+      tasks = tasks | "Spread" >> beam.Reshuffle()
+    written = (tasks
+               | "Write" >> beam.ParDo(_WriteShard(
+                   self.staging, self.runs, self.options, self.template, self.processes,
+                   self.min_images, self.remote_images),
                                        self.label_map, self.plan).with_outputs(
                                            "errors", main="stats"))
     return written.stats, written.errors

@@ -2,6 +2,8 @@
 processes."""
 from __future__ import annotations
 
+import os
+
 import pytest
 from conftest import make_dataset
 
@@ -38,8 +40,11 @@ def test_progress_reaches_the_total(tmp_path, beam_args):
     images, _ = source.images | locate.PrepareImages(None)
     images = images | beam.Map(packed.pack)
     label_map = beam.pvalue.AsSingleton(p | label_stage.BuildLabelMap(source, None))
-    plans = beam.pvalue.AsSingleton(images | plan_stage.PlanShards(2, None, staging))
-    _ = images | WriteShards(staging, label_map, plans, config.encode_options())
+    runs = os.path.join(staging, ".work", "runs")
+    counts, _ = images | plan_stage.SortRuns(runs)
+    plans = beam.pvalue.AsSingleton(counts | plan_stage.PlanShards(2, None, staging))
+    tasks = p | beam.Create([None]) | beam.FlatMap(plan_stage.shard_tasks, plans)
+    _ = tasks | WriteShards(staging, runs, label_map, plans, config.encode_options())
   done, total, planned_at = progress.snapshot(staging)
   assert (done, total) == (len(ds.images), len(ds.images))
   assert planned_at is not None

@@ -61,8 +61,9 @@ def test_build_time_clash_rules():
 
 
 def _plan(split, n_keys, **kwargs):
-  return shard_plan.plan_split(split, [(f"k{i:03d}", 10) for i in range(n_keys)],
-                             kwargs.get("num_shards"), None, kwargs.get("records_per_shard"))
+  return shard_plan.plan_split(
+      split, shard_plan.counts_of((f"k{i:03d}", 10, 1) for i in range(n_keys)),
+      kwargs.get("num_shards"), None, kwargs.get("records_per_shard"))
 
 
 def test_shard_names_detects_a_clash_the_template_allows():

@@ -13,6 +13,7 @@ import layouts
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from bad_data import Coco, convert, jpeg
+from conftest import transform_labels
 
 from beam_tfrecord.errors import EXIT_USAGE, UsageError
 from beam_tfrecord.records.model import Box, ImageAnnotation, InputError
@@ -373,14 +374,19 @@ def test_both_joins_give_the_same_images_errors_and_categories(tmp_path, name):
     assert any(json.loads(e)["level"] == "file" for e in in_worker["errors"])
 
 
-def test_the_in_worker_join_is_used_up_to_its_size_limit(tmp_path, monkeypatch):
-  from beam_tfrecord.sources import coco
+def test_the_in_process_runner_joins_every_file_in_a_worker_whatever_its_size(tmp_path):
+  """_JoinFile spills (bounded memory): no size limit sends a large file to the per-section
+  tasks on the in-process runner; elsewhere every file goes through them."""
   files = _files(str(tmp_path))
-  read = ReadCoco([("train", files["good"], files["images"])], join_in_worker=True)
-  assert read._joined_in_worker(files["good"])
-  monkeypatch.setattr(coco, "JOIN_IN_WORKER_BYTES", 10)
-  assert not read._joined_in_worker(files["good"])
-  assert not ReadCoco([], join_in_worker=False)._joined_in_worker(files["good"])
+  for join_in_worker, wanted, unwanted in ((True, "JoinFiles", "Stream"),
+                                           (False, "Stream", "JoinFiles")):
+    p = beam.Pipeline("FnApiRunner")
+    _ = p | ReadCoco([("train", files["good"], files["images"]),
+                      ("val", files["truncated"], files["images"])],
+                     join_in_worker=join_in_worker)
+    labels = transform_labels(p)
+    assert any(label.endswith(wanted) for label in labels), labels
+    assert not any(label.endswith(unwanted) for label in labels), labels
 
 
 @pytest.mark.e2e
@@ -471,19 +477,21 @@ def test_category_zero_in_use_needs_a_label_map(tmp_path, capsys):
   assert example["image/object/class/label"] == [2, 1]
 
 
-def test_category_zero_scan(tmp_path):
-  """The pre-run byte scan finds category_id 0 wherever the read chunks split it, and does
-  not take 10, 0.5 or a file name containing the text for it."""
-  from beam_tfrecord.sources import coco as coco_source
-  used = tmp_path / "used.json"
-  used.write_text(json.dumps({"images": [], "annotations": [
-      {"category_id": 10}, {"category_id": 0.5}, {"category_id": 0}]}))
-  unused = tmp_path / "unused.json"
-  unused.write_text(json.dumps({"images": [{"file_name": '"category_id": 0'}], "annotations": [
-      {"category_id": 10}, {"category_id": 0.5}, {"category_id": 100}]}))
-  for chunk in (5, 16, 1 << 20):
-    assert coco_source.uses_category_zero(str(used), chunk) is True
-    assert coco_source.uses_category_zero(str(unused), chunk) is False
+def test_category_zero_verdict_fails_a_file_that_uses_it_else_warns_of_each_dropped():
+  used = list(coco.category_zero("a.json", 5, [(0, "cells")]))
+  assert [(e.reason, e.level, e.key, e.source) for e in used] == [
+      (coco.CATEGORY_ZERO_USED, "file", "a.json", "a.json#annotations[5]")]
+  assert "category id 0" in used[0].message and "--label-map" in used[0].message
+  unused = list(coco.category_zero("a.json", None, [(3, "b"), (1, "cells")]))
+  assert [(e.reason, e.level, e.source) for e in unused] == [
+      ("background_category", "warning", "a.json#categories[1]"),
+      ("background_category", "warning", "a.json#categories[3]")]
+  assert "'cells'" in unused[0].message and "used by no annotation" in unused[0].message
+  assert list(coco.category_zero("a.json", None, [])) == []
+  notes = ("a.json", [("defined", 1, "cells"), ("used", 9), ("used", 4)])
+  assert [e.source for e in coco._zero_verdict(notes)] == ["a.json#annotations[4]"]
+  from beam_tfrecord.finalize.manifest import USAGE_REASONS
+  assert coco.CATEGORY_ZERO_USED in USAGE_REASONS  # the reason that fails the run
 
 
 def test_check_input_streams_deep_nesting_in_constant_memory(tmp_path):

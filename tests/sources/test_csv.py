@@ -118,8 +118,9 @@ def test_csv_parse_row_whole_number_sizes():
   assert csv_source.parse_row(row)[:3] == ("a.jpg", 320, 240)
 
 
-def _group(tmp_path, rows, split=None):
-  out = list(csv_source.group_image((("f.csv", split, str(tmp_path), "a.jpg"), rows), False))
+def _group(tmp_path, rows, split=None, offsets=None):
+  out = list(csv_source.group_image((("f.csv", split, str(tmp_path), "a.jpg"), rows), False,
+                                    offsets=offsets))
   anns = [o for o in out if isinstance(o, ImageAnnotation)]
   return anns, [o.value for o in out if not isinstance(o, ImageAnnotation)]
 
@@ -127,19 +128,49 @@ def _group(tmp_path, rows, split=None):
 def test_csv_group_image_keeps_file_order_and_drops_empty_rows(tmp_path):
   cat = ObjectAnnotation("cat", Box(1, 2, 3, 4))
   dog = ObjectAnnotation("dog", Box(5, 6, 7, 8))
-  anns, errors = _group(tmp_path, [(9, 10, 8, dog), (3, 10, 8, cat), (5, 10, 8, None)], "val")
+  # rows as _ReadPart gives them: ((range start, line), width, height, label, box)
+  anns, errors = _group(tmp_path, [((0, 9), 10, 8, "dog", (5, 6, 7, 8)),
+                                   ((0, 3), 10, 8, "cat", (1, 2, 3, 4)),
+                                   ((0, 5), 10, 8, None, None)], "val")
   assert errors == []
   assert anns == [ImageAnnotation(key="a.jpg", uri=str(tmp_path / "a.jpg"), source_id="a.jpg",
                                   source="f.csv", objects=(cat, dog), split="val", width=10,
                                   height=8)]
-  anns, _ = _group(tmp_path, [(2, None, None, None)])
+  anns, _ = _group(tmp_path, [((0, 2), None, None, None, None)])
   assert anns[0].objects == () and anns[0].width is None
 
 
+def test_csv_group_image_orders_rows_of_ranges_by_range_then_line(tmp_path):
+  """A big file's rows of one image come from several ranges: the range's start orders them
+  before the line within the range; the first row's file line names the source."""
+  rows = [((5000, 1), None, None, "late", (1, 1, 2, 2)),
+          ((100, 7), None, None, "early", (1, 1, 2, 2)),
+          ((100, 2), 10, 8, "first", (1, 1, 2, 2))]
+  anns, errors = _group(tmp_path, rows, offsets={("f.csv", 100): 1, ("f.csv", 5000): 40})
+  assert [o.label for o in anns[0].objects] == ["first", "early", "late"]
+  # an image error names the file line of the image's first row: 1 + 2
+  out = list(csv_source.group_image((("f.csv", None, str(tmp_path), "../x.jpg"), rows), False,
+                                    offsets={("f.csv", 100): 1, ("f.csv", 5000): 40}))
+  assert [(o.value.source, o.value.reason) for o in out] == [("f.csv:3", "path_traversal")]
+
+
 def test_csv_group_image_reports_inconsistent_sizes(tmp_path):
-  anns, errors = _group(tmp_path, [(2, 10, 8, None), (3, 12, 8, None)])
+  anns, errors = _group(tmp_path, [((0, 2), 10, 8, None, None), ((0, 3), 12, 8, None, None)])
   assert [e.reason for e in errors] == ["inconsistent_size"]
+  assert [e.source for e in errors] == ["f.csv:2"]
   assert (anns[0].width, anns[0].height) == (None, None)
+
+
+def test_csv_group_image_listing_labels_and_normalized_boxes(tmp_path):
+  out = list(csv_source.group_image(
+      (("f.csv", None, str(tmp_path), "a.jpg"),
+       [((0, 2), None, None, "dog", None), ((0, 3), None, None, "cat", None),
+        ((0, 4), None, None, "dog", None)]), False))
+  assert out[0].labels == ("dog", "cat") and out[0].objects == ()
+  out = list(csv_source.group_image(
+      (("f.csv", None, str(tmp_path), "a.jpg"), [((0, 2), None, None, "c", (0.1, 0.2, 0.3, 0.4))]),
+      False, normalized=True))
+  assert out[0].objects == (ObjectAnnotation("c", Box(0.1, 0.2, 0.3, 0.4, normalized=True)),)
 
 
 # ---------------------------------------------------------------------------------------------

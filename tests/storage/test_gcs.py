@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 
+import gcs_emulator
 import pytest
 
 pytest.importorskip("gcp_storage_emulator")
@@ -29,46 +28,11 @@ BUCKET = "tfr-emulated"
 RUNNER = "--runner=FnApiRunner"
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def emulator():
   """The emulator on a free loopback port, in memory, with one bucket; stopped afterwards."""
-  port = _free_port()
-  proc = subprocess.Popen(
-      [sys.executable, "-m", "gcp_storage_emulator", "start", "--host=127.0.0.1",
-       f"--port={port}", "--in-memory", f"--default-bucket={BUCKET}", "--quiet"],
-      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-  deadline = time.monotonic() + 30
-  while True:
-    try:
-      socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-      break
-    except OSError:
-      if proc.poll() is not None or time.monotonic() > deadline:
-        proc.kill()
-        pytest.fail(f"storage emulator did not start: {proc.stderr.read().decode()[-2000:]}")
-      time.sleep(0.1)
-  mp = pytest.MonkeyPatch()
-  from apache_beam.internal.gcp import auth
-  mp.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-  mp.setenv("NO_GCE_CHECK", "True")
-  mp.setattr(auth._Credentials, "_credentials_init", True)
-  mp.setattr(auth._Credentials, "_credentials", None)
-  try:
-    yield f"http://127.0.0.1:{port}"
-  finally:
-    mp.undo()
-    proc.terminate()
-    try:
-      proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-      proc.kill()
-      proc.wait()
+  with gcs_emulator.running(BUCKET) as url:
+    yield url
 
 
 def _upload(local_root: str, gs_root: str) -> int:

@@ -386,3 +386,39 @@ def test_sixteen_bit_png_to_jpeg():
     assert im.mode == "L" and im.size == (32, 24)
     # 40000/65535 of full scale, as 8 bits
     assert abs(im.getpixel((30, 22)) - 40000 * 255 // 65535) <= 3
+
+
+@pytest.mark.parametrize("mode", ["L", "RGB", "CMYK"])
+@pytest.mark.parametrize("options", [{}, {"progressive": True}, {"quality": 20, "optimize": True},
+                                     {"subsampling": 0}])
+def test_jpeg_header_fast_path_agrees_with_pillow(mode, options, monkeypatch):
+  """probe reads plain JPEG headers itself (Pillow's open cost ~40% of a small image's
+  conversion): the same ImageInfo as through Pillow, or None (Pillow decides) for CMYK."""
+  for size in ((1, 1), (64, 48), (333, 211), (4000, 3)):
+    out = io.BytesIO()
+    Image.new(mode, size, (10,) * len(mode)).save(out, "JPEG", **options)
+    data = out.getvalue()
+    fast = images.probe(data)
+    header = images.jpeg_header(data)
+    assert (header is None) == (mode == "CMYK")
+    with monkeypatch.context() as m:
+      m.setattr(images, "jpeg_header", lambda d: None)
+      assert images.probe(data) == fast
+    if header:
+      assert header == (size[0], size[1], 1 if mode == "L" else 3)
+      # a header cut short of its scan: Pillow's word, not ours
+      for cut in (3, 20, data.index(b"\xff\xda") + 3):
+        assert images.jpeg_header(data[:cut]) is None
+
+
+def test_jpeg_header_leaves_exif_and_odd_frames_to_pillow():
+  exif = Image.Exif()
+  exif[0x0112] = 6
+  out = io.BytesIO()
+  Image.new("RGB", (40, 20)).save(out, "JPEG", exif=exif.tobytes())
+  data = out.getvalue()
+  assert images.jpeg_header(data) is None
+  assert images.probe(data).orientation == 6 and images.probe(data).width == 40
+  assert images.jpeg_header(b"\xff\xd8\xff\xe0\x00\x02junk") is None
+  with pytest.raises(InputError):
+    images.probe(b"\xff\xd8\xff\xc0\x00\x0b\x08\x00\x00\x00\x00\x03" + b"\x00" * 20)
