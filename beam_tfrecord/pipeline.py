@@ -36,6 +36,13 @@ coders.register(ImageAnnotation)
 IN_PROCESS_RUNNERS = ("FnApiRunner", "DirectRunner", "SwitchingDirectRunner")
 
 
+def local_runner(root) -> bool:
+  """True on Beam's local runners, in any mode: every worker runs on this machine (local disk
+  is shared), and the runner holds what a shuffle groups in memory, so annotation files are
+  joined and the shard order partitioned through spill files on disk instead."""
+  return type(root.runner).__name__ in IN_PROCESS_RUNNERS
+
+
 def in_process(root) -> bool:
   """True when the pipeline runs on the in-process local runner in its in_memory mode: one
   stage at a time, on one thread, so that a shuffle only costs and never spreads work."""
@@ -80,10 +87,13 @@ def work_directories(staging: str, run_id: str, spill: bool) -> Tuple[str, Optio
 
 
 def build(root, config: ConvertConfig, argv: Sequence[str] = (),
-          run_id: Optional[str] = None, spill: Optional[bool] = None) -> beam.PCollection:
+          run_id: Optional[str] = None, local: Optional[bool] = None) -> beam.PCollection:
   """Wire the whole conversion onto `root` (a Pipeline). Returns the manifest PCollection.
-  Raises UsageError for problems found before running (see resolve). `spill`: partition the
-  shard order through local files (default: on local runners) rather than a shuffle."""
+  Raises UsageError for problems found before running (see resolve). `local`: join annotation
+  files and partition the shard order through spill files on this machine's disk rather than
+  the runner's shuffles (default: on local runners, local_runner)."""
+  if local is None:
+    local = local_runner(root)
   config.validate()
   config = resolve(config)
   paths.forget_roots()  # this run sees the image roots and listings as they are now
@@ -95,8 +105,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   first_id = config.first_id()  # the schema's, or its image-level sources' (tutorial: 0)
   user_map = (label_maps.read(config.label_map, min_id=first_id)
               if config.label_map else None)
-  source, source_splits = registry.read(root, config, first_id=first_id,
-                                        in_process=in_process(root))
+  source, source_splits = registry.read(root, config, first_id=first_id, local=local)
   fractions = config.split_fractions()
   remote = config.allow_absolute_paths or any(
       paths.is_remote(paths.parse_assignment(item)[1]) for item in config.images + config.inputs)
@@ -122,11 +131,10 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
 
   template = config.shard_name_template
   if config.sink == "shards":
+    count_records = schema.records_counter()
     packed_images = images | "Pack" >> beam.Map(
-        lambda ann: packed.pack(ann, schema.planned_records(ann)))
-    if spill is None:
-      spill = type(root.runner).__name__ in IN_PROCESS_RUNNERS  # every worker on this machine
-    runs_dir, spill_dir = work_directories(staging, run_id, spill)
+        lambda ann: packed.pack(ann, count_records(ann)))
+    runs_dir, spill_dir = work_directories(staging, run_id, local)
     counts, sort_errors = packed_images | "SortRuns" >> SortRuns(runs_dir, spill_dir)
     planned = counts | "Plan" >> PlanShards(
         config.num_shards, config.shard_size_mb, staging, config.records_per_shard, template)

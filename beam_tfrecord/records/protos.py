@@ -145,6 +145,9 @@ class ExampleLayout:
     # a map entry's key field, then the tag of its value (the Feature)
     self._key_value = {k: b"\x0a" + _varint(len(k.encode("utf-8"))) + k.encode("utf-8") +
                        b"\x12" for k in self._keys}
+    # (key, kind, inner length) -> header: lengths repeat from image to image (one object,
+    # two boxes...); building each header was a fifth of serialize (20 -> 16 us an example)
+    self._headers = {}
 
   def serialize(self, features) -> bytes:
     """features: {key: (kind, values)}, keys a subset of the layout's; kinds BYTES/FLOATS/INTS.
@@ -186,6 +189,14 @@ class ExampleLayout:
   def _header(self, key: str, kind: str, inner: int) -> bytes:
     """A map entry up to its values: entry tag and length, key, Feature tag and length, the
     list's tag and length (`inner` bytes of values follow)."""
+    cached = self._headers.get((key, kind, inner))
+    if cached is None:
+      if len(self._headers) > 100_000:  # bounded: byte lengths of images vary without end
+        self._headers.clear()
+      cached = self._headers[(key, kind, inner)] = self._build_header(key, kind, inner)
+    return cached
+
+  def _build_header(self, key: str, kind: str, inner: int) -> bytes:
     inner_len = _varint(inner)
     item = b"".join((self._key_value[key], _varint(1 + len(inner_len) + inner),  # Feature
                      _KIND_TAG[kind], inner_len))

@@ -8,10 +8,12 @@ and joins it through partitioned spill files on local disk (_JoinFile), in bound
 """
 from __future__ import annotations
 
+import codecs
 import contextlib
 import marshal
 import math
 import operator
+import re
 import struct
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -226,6 +228,200 @@ def stream_sections(fileobj, sections: Sequence[str], max_depth: int = MAX_DEPTH
   for name in sections:
     if found is None and name not in found_sections:
       raise missing_section(name)
+
+
+# fast_sections reads the file in blocks of this many bytes (one block's text in memory, plus
+# the entry that straddles its end)
+FAST_BLOCK_BYTES = 4 << 20
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+_JSON_NEXT = re.compile(r"[ \t\n\r]*([,\]])[ \t\n\r]*")  # after an array entry
+
+
+# numbers ijson refuses and json reads: integers beyond 64 bits, floats that overflow
+_SUSPECT_NUMBER = re.compile(
+    rb"-?\d{19,}(?:\.\d*)?(?:[eE][+-]?\d+)?|-?\d+(?:\.\d*)?[eE][+-]?\d{3,}")
+FAST_ENTRY_CHARS = 64 << 20  # an entry still unparsed past this: not read further here
+
+
+def _ijson_refuses(data: bytes) -> bool:
+  """Whether the bytes may hold a number ijson refuses (|int| >= 2**63, a float beyond
+  double range); matches inside strings only send the file the slower way. _big_number's
+  search in C first (the regex alone tripled fast_sections' time)."""
+  if not _big_number(data):
+    return False
+  for match in _SUSPECT_NUMBER.finditer(data):
+    token = match.group()
+    if b"." in token or b"e" in token or b"E" in token:
+      if math.isinf(float(token)):
+        return True
+    elif not -2**63 < int(token) < 2**63:
+      return True
+  return False
+
+
+class _NotStreamable(ValueError):
+  """fast_sections met what ijson's stream would stop at (a number json reads and ijson
+  refuses, or text that is not JSON): the caller goes on as after a streaming error."""
+
+
+def _refuse_constant(name: str):
+  raise _NotStreamable(f"{name} is not JSON")  # ijson refuses NaN and Infinity
+
+
+def _nesting_over(value: Any, limit: int) -> bool:
+  """Whether a parsed JSON value nests more than `limit` containers (itself counted)."""
+  todo = [(value, 1)]
+  while todo:
+    item, depth = todo.pop()
+    if depth > limit:
+      return True
+    children = item.values() if isinstance(item, dict) else item
+    for child in children:
+      if isinstance(child, (dict, list)):
+        todo.append((child, depth + 1))
+  return False
+
+
+def fast_sections(fileobj, sections: Sequence[str], max_depth: int = MAX_DEPTH,
+                  found: Optional[set] = None,
+                  bad: Optional[List[Tuple[str, InputError]]] = None,
+                  block: int = FAST_BLOCK_BYTES) -> Iterator[Tuple[str, Any]]:
+  """stream_sections' entries, each parsed by Python's json (C) from a window of the file:
+  the top-level object is walked here, every array entry and every other value is one
+  raw_decode. 2.5x faster than stream_sections' ijson events through Python (200,000 images
+  and 400,000 objects: 1.0 s against 2.5 s of CPU, 12 of the main process's ~65 us per small
+  image), in the same memory (one block and one entry).
+
+  What ijson would refuse (NaN, Infinity, integers beyond 64 bits, floats beyond double
+  range: checked on each block's bytes before its entries are read) or any text that is not
+  JSON (or an entry over FAST_ENTRY_CHARS) raises
+  _NotStreamable (a ValueError) before the entry it is in: the caller goes on as after a
+  streaming error, from the entries read so far. Nesting deeper than max_depth raises
+  InputError too_deep, as stream_sections does."""
+  import json
+  import json.scanner
+  wanted = set(sections)
+  found_sections: set = found if found is not None else set()
+  # the decoder's C scanner itself: raw_decode is a Python frame around it
+  scan = json.scanner.make_scanner(json.JSONDecoder(parse_constant=_refuse_constant))
+  text_of = codecs.getincrementaldecoder("utf-8")()
+  text, at, ended, tail = "", 0, False, b""
+
+  def read_more() -> None:
+    nonlocal text, at, ended, tail
+    data = fileobj.read(block)
+    seen = tail + data  # with the end of the blocks before: a number may straddle them
+    if _ijson_refuses(seen):
+      raise _NotStreamable("a number ijson would refuse")
+    tail = seen[-32:]
+    ended = not data
+    text = text[at:] + text_of.decode(data, final=ended)
+    at = 0
+
+  def next_char() -> str:
+    """The next character that is not white space (not consumed); '' at the end."""
+    nonlocal at
+    while True:
+      at = _JSON_SPACE.match(text, at).end()
+      if at < len(text) or ended:
+        return text[at] if at < len(text) else ""
+      read_more()
+
+  def expect(char: str) -> None:
+    nonlocal at
+    if next_char() != char:
+      raise _NotStreamable(f"expected {char!r} at a top-level position")
+    at += 1
+
+  def value(depth: int) -> Any:
+    """The JSON value at the current position, whole."""
+    nonlocal at
+    if at >= len(text) or text[at] in " \t\n\r":
+      next_char()
+    while True:
+      try:
+        result, end = scan(text, at)
+        # a number ending near the window's end may go on in the next block ("1." then
+        # "5"); strings, literals and containers end where their text does
+        if ended or type(result) not in (int, float) or end + 64 <= len(text):
+          break
+      except RecursionError:
+        raise InputError("parse", "too_deep",
+                         f"JSON nests deeper than {max_depth} levels") from None
+      except _NotStreamable:
+        raise
+      except (StopIteration, ValueError):
+        if ended or len(text) - at > FAST_ENTRY_CHARS:
+          raise _NotStreamable("not JSON") from None
+      read_more()
+    start, at = at, end
+    # nesting is at most the brackets the text opens (two counts in C); only an entry with
+    # more is walked
+    if (isinstance(result, (dict, list)) and
+        text.count("[", start, end) + text.count("{", start, end) > max_depth - depth and
+        _nesting_over(result, max_depth - depth)):
+      raise InputError("parse", "too_deep", f"JSON nests deeper than {max_depth} levels")
+    return result
+
+  if next_char() != "{":
+    if next_char() == "[":
+      raise InputError("parse", "wrong_type", "a COCO file must be a JSON object")
+    if not next_char():
+      raise _NotStreamable("an empty file")
+    value(0)  # a lone scalar: no section, as ijson's stream gives none
+    if next_char():
+      raise _NotStreamable("data after the top-level value")
+    return
+  at += 1
+  first = True
+  while True:
+    char = next_char()
+    if char == "}":
+      break
+    if not first:
+      expect(",")
+    first = False
+    if next_char() != '"':
+      raise _NotStreamable("expected a key")
+    key = value(1)
+    expect(":")
+    if key not in wanted:
+      value(1)
+      continue
+    if next_char() not in "[{":  # a scalar: ijson's stream sees no section there
+      value(1)
+      continue
+    found_sections.add(key)
+    if next_char() != "[":
+      error = InputError("parse", "wrong_type", f"`{key}` must be an array")
+      if bad is None:
+        raise error
+      bad.append((key, error))
+      value(1)
+      continue
+    at += 1
+    if next_char() == "]":
+      at += 1
+      continue
+    while True:
+      yield key, value(2)
+      separator = _JSON_NEXT.match(text, at)
+      if separator and separator.end() < len(text):  # within the window: the common case
+        at = separator.end()
+        if separator.group(1) == "]":
+          break
+        continue
+      if next_char() == "]":
+        at += 1
+        break
+      expect(",")
+  at += 1
+  if next_char():
+    raise _NotStreamable("data after the top-level object")
+  for name in sections:
+    error = missing_section(name) if name not in found_sections else None
+    if found is None and error:
+      raise error
 
 
 def missing_section(name: str) -> Optional[InputError]:
@@ -678,8 +874,10 @@ class _JoinBuffer:
 def _all_entries(uri: str, found: set, bad: List[Tuple[str, InputError]]
                  ) -> Iterator[Tuple[str, Any]]:
   """stream_sections(file, SECTIONS, found, bad) of the file at `uri`: through
-  whole_sections when the file is at most WHOLE_JSON_BYTES and it may, else streamed. The
-  file is read once either way: streaming goes on from the bytes already read."""
+  whole_sections when the file is at most WHOLE_JSON_BYTES and it may, else streamed by
+  fast_sections, going on from the bytes already read. Where fast_sections cannot be sure to
+  read what ijson reads, the file is streamed again with ijson (stream_sections), from the
+  start, and the entries not given yet follow, with ijson's own errors."""
   from apache_beam.io.filesystems import FileSystems
   with FileSystems.open(uri, compression_type="uncompressed") as f:
     head = f.read(WHOLE_JSON_BYTES + 1)
@@ -691,7 +889,22 @@ def _all_entries(uri: str, found: set, bad: List[Tuple[str, InputError]]
         for entry in entries:
           yield section, entry
       return
-    yield from stream_sections(_ReadOn(head, f), SECTIONS, found=found, bad=bad)
+    given: Dict[str, int] = {}
+    try:
+      for section, entry in fast_sections(_ReadOn(head, f), SECTIONS, found=found, bad=bad):
+        given[section] = given.get(section, 0) + 1
+        yield section, entry
+      return
+    except _NotStreamable:
+      pass  # what ijson would stop at, or not JSON: ijson decides, from the start
+  found.clear()
+  del bad[:]
+  seen: Dict[str, int] = {}
+  with FileSystems.open(uri, compression_type="uncompressed") as f:
+    for section, entry in stream_sections(f, SECTIONS, found=found, bad=bad):
+      seen[section] = seen.get(section, 0) + 1
+      if seen[section] > given.get(section, 0):  # the entries not given already
+        yield section, entry
 
 
 class _ReadOn:
@@ -1038,13 +1251,13 @@ def possible_splits(config) -> Optional[set]:
   return {split or DEFAULT_SPLIT for split, _, _ in config.file_inputs()}
 
 
-def read(root, config, *, first_id: int, in_process: bool) -> Tuple[SourceOutput, List[str]]:
+def read(root, config, *, first_id: int, local: bool) -> Tuple[SourceOutput, List[str]]:
   inputs = config.file_inputs()
   return (root | "ReadCoco" >> ReadCoco(inputs, config.allow_absolute_paths,
                                         config.follow_symlinks,
                                         drop_background=not config.label_map,
                                         include_masks=config.include_masks,
-                                        join_in_worker=in_process),
+                                        join_in_worker=local),
           sorted({s for s, _, _ in inputs if s}))
 
 

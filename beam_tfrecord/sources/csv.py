@@ -867,11 +867,11 @@ def image_level(config) -> bool:
   return all(is_listing(uri, columns) for _, uri, _ in config.file_inputs())
 
 
-def read(root, config, *, first_id: int, in_process: bool) -> Tuple[SourceOutput, List[str]]:
+def read(root, config, *, first_id: int, local: bool) -> Tuple[SourceOutput, List[str]]:
   inputs = config.file_inputs()
   return (root | "ReadCsv" >> ReadCsv(inputs, parse_column_map(config.csv_columns),
                                       config.allow_absolute_paths, config.follow_symlinks,
-                                      config.csv_normalized, in_process=in_process),
+                                      config.csv_normalized, in_process=local),
           sorted({s for s, _, _ in inputs if s}))
 
 

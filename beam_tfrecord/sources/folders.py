@@ -217,7 +217,7 @@ def image_level(config) -> bool:
   return True  # one class per image: the classification schema
 
 
-def read(root, config, *, first_id: int, in_process: bool) -> Tuple[SourceOutput, List[str]]:
+def read(root, config, *, first_id: int, local: bool) -> Tuple[SourceOutput, List[str]]:
   reader = ReadFolders([paths.parse_assignment(item) for item in config.inputs], first_id,
                        config.allow_absolute_paths, config.follow_symlinks)
   return root | "ReadFolders" >> reader, reader.splits

@@ -5,7 +5,10 @@ A format's module (sources/NAME.py) implements the source protocol, looked up th
   detect(path) -> reason or None        --format auto: does this path look like the format?
   check(config)                         before running: UsageError when the inputs are wrong
   possible_splits(config) -> set|None   splits known before reading the data (None: unknown)
-  read(root, config, *, first_id, in_process) -> (SourceOutput, split names known up front)
+  read(root, config, *, first_id, local) -> (SourceOutput, split names known up front);
+                                        local: a local runner (every worker on this machine,
+                                        and its shuffles hold what they group in memory): join
+                                        annotation files in one worker through spill files
   fingerprint_patterns(config) -> ([(kind, glob)], implied image roots)   --if-changed
   MASKS                                 True when its objects carry segmentations
   IMAGES (optional, default True)       False when it finds its images itself: --images is
@@ -66,6 +69,6 @@ def check(config) -> None:
   get(config.format).check(config)
 
 
-def read(root, config, *, first_id: int, in_process: bool):
+def read(root, config, *, first_id: int, local: bool):
   """(SourceOutput, split names known before running) of the config's format."""
-  return get(config.format).read(root, config, first_id=first_id, in_process=in_process)
+  return get(config.format).read(root, config, first_id=first_id, local=local)

@@ -458,7 +458,7 @@ def possible_splits(config) -> Optional[set]:
   return set(split_names(split_files(config.inputs[0]))) or {DEFAULT_SPLIT}
 
 
-def read(root, config, *, first_id: int, in_process: bool) -> Tuple[SourceOutput, List[str]]:
+def read(root, config, *, first_id: int, local: bool) -> Tuple[SourceOutput, List[str]]:
   allow, follow = config.allow_absolute_paths, config.follow_symlinks
   assigned = config.input_image_roots()  # (split, VOC dir, its --images or None)
   if len(assigned) == 1 and not assigned[0][0]:

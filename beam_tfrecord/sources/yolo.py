@@ -586,7 +586,7 @@ def possible_splits(config) -> Optional[set]:
   return None  # not looked at before the run
 
 
-def read(root, config, *, first_id: int, in_process: bool) -> Tuple[SourceOutput, List[str]]:
+def read(root, config, *, first_id: int, local: bool) -> Tuple[SourceOutput, List[str]]:
   datasets = [load(uri, split) for split, uri in
               (paths.parse_assignment(item) for item in config.inputs)]
   source = root | "ReadYolo" >> ReadYolo(datasets, first_id, config.allow_absolute_paths,

@@ -51,10 +51,16 @@ def _snapshot(output: str) -> dict:
   return found
 
 
-@pytest.mark.parametrize("mode", [[], ["--direct_running_mode=multi_threading"]],
-                         ids=["in_process_join", "per_section_tasks"])
+@pytest.mark.parametrize("local", [True, False], ids=["join_in_worker", "per_section_tasks"])
 def test_category_zero_used_past_the_head_fails_the_run_and_keeps_the_output(
-    tmp_path, capsys, mode):
+    tmp_path, capsys, monkeypatch, local):
+  """Local runners join the file in one worker; others (forced here: build(local=False))
+  parse it per section and meet the images and objects in a CoGroupByKey."""
+  import functools
+
+  from beam_tfrecord import pipeline
+  monkeypatch.setattr(pipeline, "build", functools.partial(pipeline.build, local=local))
+  mode = []
   output, images = str(tmp_path / "out"), str(tmp_path / "images")
   earlier = _padded(tmp_path, use_zero=False)
   run = bd.convert(["--format", "coco", "--input", earlier, "--images", images,

@@ -26,7 +26,7 @@ def _shards(output: str):
 
 def _convert(dataset, output, *extra, spill=None, monkeypatch=None):
   if spill is not None:
-    monkeypatch.setattr(pipeline, "build", functools.partial(_REAL_BUILD, spill=spill))
+    monkeypatch.setattr(pipeline, "build", functools.partial(_REAL_BUILD, local=spill))
   try:
     return bd.convert(["--format=coco", *dataset.inputs("coco"), "--output", str(output),
                        *extra])

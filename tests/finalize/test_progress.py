@@ -36,7 +36,7 @@ def test_progress_reaches_the_total(tmp_path, beam_args):
                                   num_shards=2)
   staging = outputs.run_dir(config.output, "test")
   with beam.Pipeline(options=PipelineOptions(beam_args)) as p:
-    source, _ = registry.read(p, config, first_id=1, in_process=pipeline.in_process(p))
+    source, _ = registry.read(p, config, first_id=1, local=pipeline.local_runner(p))
     images, _ = source.images | locate.PrepareImages(None)
     images = images | beam.Map(packed.pack)
     label_map = beam.pvalue.AsSingleton(p | label_stage.BuildLabelMap(source, None))

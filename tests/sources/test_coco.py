@@ -436,19 +436,24 @@ def test_nesting_depth_is_counted_like_the_streaming_parser():
 @pytest.mark.parametrize("name", ["good", "truncated", "nan", "images_not_array"])
 def test_files_over_the_whole_parse_limit_stream_from_the_bytes_already_read(
     tmp_path, monkeypatch, name):
-  """The in-worker join reads a file once: over WHOLE_JSON_BYTES, ijson streams on from the
-  bytes read to find that out (coco._ReadOn). Same records as the distributed join."""
+  """The in-worker join reads a file once: over WHOLE_JSON_BYTES, fast_sections streams on
+  from the bytes read (coco._ReadOn). Where only ijson can tell (a truncated file, NaN), the
+  file is streamed again by ijson and the entries not given yet follow. Same records as the
+  distributed join."""
   from beam_tfrecord.sources import coco
   files = _files(str(tmp_path))
   distributed = _read(files, name, join_in_worker=False)
   monkeypatch.setattr(coco, "WHOLE_JSON_BYTES", 100)
   assert os.path.getsize(files[name]) > 100
-  opened = []
-  real_stream = coco.stream_sections
+  fast, streamed = [], []
+  real_fast, real_stream = coco.fast_sections, coco.stream_sections
+  monkeypatch.setattr(coco, "fast_sections",
+                      lambda f, *a, **k: fast.append(type(f)) or real_fast(f, *a, **k))
   monkeypatch.setattr(coco, "stream_sections",
-                      lambda f, *a, **k: opened.append(type(f)) or real_stream(f, *a, **k))
+                      lambda f, *a, **k: streamed.append(type(f)) or real_stream(f, *a, **k))
   assert _read(files, name, join_in_worker=True) == distributed
-  assert opened and set(opened) <= {coco._ReadOn}
+  assert fast and set(fast) <= {coco._ReadOn}
+  assert bool(streamed) == (name in ("truncated", "nan")), streamed
 
 
 # =============================================================================================

@@ -15,10 +15,12 @@ import apache_beam as beam
 import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.testing.test_pipeline import TestPipeline
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.finalize.manifest import OUTCOMES, USAGE_REASONS, outcome_of
-from beam_tfrecord.records.model import ImageAnnotation
+from beam_tfrecord.records.model import ImageAnnotation, InputError
 from beam_tfrecord.sources import coco
 from beam_tfrecord.sources import detect as detection
 
@@ -414,3 +416,77 @@ def test_join_buffer_gives_back_what_was_added_by_partition(tmp_path, monkeypatc
   buffer.close()
   assert directory is None or not os.path.exists(directory)
   assert (directory is None) == (flush_every == 0)
+
+
+# --- fast_sections: entries parsed by json's C scanner, the same as stream_sections ---
+
+def _sections(parse, data: bytes, **kwargs):
+  """(entries, found, bad reasons, raised): what a section parser gives for `data`."""
+  import io
+  found, bad, entries, raised = set(), [], [], None
+  try:
+    for item in parse(io.BytesIO(data), coco.SECTIONS, found=found, bad=bad, **kwargs):
+      entries.append(item)
+  except Exception as e:  # noqa: BLE001 - compared below
+    raised = e
+  return entries, found, [(k, e.reason) for k, e in bad], raised
+
+
+def _assert_same_as_streaming(data: bytes, block: int) -> None:
+  fast = _sections(coco.fast_sections, data, block=block)
+  slow = _sections(coco.stream_sections, data)
+  if isinstance(slow[3], InputError) or isinstance(fast[3], InputError):
+    assert (type(fast[3]), getattr(fast[3], "reason", None)) == (
+        type(slow[3]), getattr(slow[3], "reason", None)), (fast[3], slow[3], data[:200])
+    return
+  if slow[3] is None:
+    assert fast == slow, data[:300]
+    return
+  # ijson stopped (NaN, 1e400, not JSON): the caller goes on from the entries read so far
+  # with json.load; fast_sections may stop sooner (a block's numbers are checked up front)
+  assert fast[3] is not None, data[:300]
+  assert fast[0] == slow[0][:len(fast[0])], data[:300]
+
+
+_SCALARS = st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=False, width=32),
+                     st.text(alphabet='ab"\\/é\u2028 []{},:', max_size=6), st.booleans(),
+                     st.none())
+_VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.text(alphabet="abc", max_size=3), inner,
+                                                 max_size=4)), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(doc=st.dictionaries(st.sampled_from(["images", "annotations", "categories", "info", "x"]),
+                           st.one_of(st.lists(_VALUES, max_size=5), _VALUES), max_size=5),
+       indent=st.sampled_from([None, 0, 2]), block=st.sampled_from([1, 3, 7, 64, 4096]))
+def test_fast_sections_read_what_streaming_reads(doc, indent, block):
+  _assert_same_as_streaming(json.dumps(doc, indent=indent).encode(), block)
+
+
+@pytest.mark.parametrize("text", [
+    b"", b"  ", b"[]", b"5", b'"x"', b"{}", b"{} x", b'{"images": [1, 2,]}',
+    b'{"images": {"a": 1}, "categories": []}', b'{"images": [], "images": [{"id": 1}]}',
+    b'{"images": [{"id": NaN}]}', b'{"images": [{"id": 1e400}], "categories": []}',
+    b'{"images": [{"id": 12345678901234567890}], "categories": []}',
+    b'{"info": ' + b"[" * 40 + b"]" * 40 + b', "images": []}',
+    b'{"images": [' + b"[" * 31 + b"]" * 31 + b"]}",
+    b'{"images": [' + b"[" * 30 + b"]" * 30 + b"], \"categories\": []}",
+    b'{"images": [' + b"[" * 5000 + b"]" * 5000 + b"]}",
+    b'\xef\xbb\xbf{"images": [], "categories": []}',
+    b'{"images": [{"file_name": "\xc3\xa9\\u00e9"}], "categories": [{"id": 1, "name": "a"}]}',
+])
+@pytest.mark.parametrize("block", [1, 5, 4096])
+def test_fast_sections_edge_cases(text, block):
+  _assert_same_as_streaming(text, block)
+
+
+def test_a_number_cut_by_a_block_end_is_read_whole():
+  data = json.dumps({"images": [{"id": 123456789, "width": 1.25e-3}],
+                     "categories": []}).encode()
+  for block in range(1, len(data) + 1):
+    assert _sections(coco.fast_sections, data, block=block)[0] == [
+        ("images", {"id": 123456789, "width": 1.25e-3})]
+  big = b'{"images": [{"id": 1e' + b"4" + b'00}], "categories": []}'
+  for block in range(1, len(big) + 1):  # 1e400 straddling any two blocks is still seen
+    assert isinstance(_sections(coco.fast_sections, big, block=block)[3], ValueError)
