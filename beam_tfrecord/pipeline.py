@@ -135,9 +135,11 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
     packed_images = images | "Pack" >> beam.Map(
         lambda ann: packed.pack(ann, count_records(ann)))
     runs_dir, spill_dir = work_directories(staging, run_id, local)
-    counts, sort_errors = packed_images | "SortRuns" >> SortRuns(runs_dir, spill_dir)
+    sort_runs = SortRuns(runs_dir, spill_dir)
+    counts, sort_errors = packed_images | "SortRuns" >> sort_runs
     planned = counts | "Plan" >> PlanShards(
-        config.num_shards, config.shard_size_mb, staging, config.records_per_shard, template)
+        config.num_shards, config.shard_size_mb, staging, config.records_per_shard, template,
+        sort_runs.span)
     plan = beam.pvalue.AsSingleton(planned)
     processes, min_images = writer_processes(root, config)
     tasks = root | "Shards" >> beam.Create([None]) | "ShardTasks" >> beam.FlatMap(

@@ -1,5 +1,6 @@
-"""Sorted runs: one file per (split, partition) holding that partition's images in shard order,
-written once by plan/transform.SortRuns and read by the shard writers whose ranges touch it.
+"""Sorted runs: one file per (split, run) holding the images of a run's partitions (one, or
+shard_plan.LOCAL_RUN_SPAN on local runners) in shard order, written once by
+plan/transform.SortRuns and read by the shard writers whose ranges touch it.
 Beam-free for local files (writer processes read them).
 
 An entry is the image's record count (4 bytes, little-endian) and its packed annotation

@@ -28,15 +28,17 @@ class _SpillPartitions(beam.DoFn):
   to files of their own under `directory` (local disk); one element per file at the end of the
   bundle. Memory: spill.BUFFER_BYTES of buffered annotations."""
 
-  def __init__(self, directory: str):
-    self.directory = directory
+  def __init__(self, directory: str, span: int):
+    self.directory, self.span = directory, span
 
   def start_bundle(self):
-    self._spill = Spill(shard_plan.PARTITIONS, paths.join(self.directory, uuid.uuid4().hex))
+    self._spill = Spill(shard_plan.PARTITIONS // self.span,
+                        paths.join(self.directory, uuid.uuid4().hex))
     os.makedirs(self._spill.directory, exist_ok=True)
 
   def process(self, image: packed.Packed):
-    self._spill.add(shard_plan.partition_of(image[packed.HASH]), marshal.dumps(image))
+    self._spill.add(shard_plan.partition_of(image[packed.HASH]) // self.span,
+                    marshal.dumps(image))
 
   def finish_bundle(self):
     self._spill.flush()
@@ -45,16 +47,16 @@ class _SpillPartitions(beam.DoFn):
 
 
 class _SortRuns(beam.DoFn):
-  """(partition, [packed.Packed] or [spill file]) -> ((split, partition), (images, records,
-  bytes)), and ErrorRecords ('errors'): the partition's images sorted, one per file and split
-  (shard_plan.sort_partition), written as one run per split into `directory`.
-  Memory: one partition."""
+  """(run, [packed.Packed] or [spill file]) -> ((split, partition), (images, records,
+  bytes)), and ErrorRecords ('errors'): the images of a run's partitions (`span` of them)
+  sorted, one per file and split (shard_plan.sort_partition), written as one run per split
+  into `directory`. Memory: `span` partitions."""
 
   def __init__(self, directory: str, from_files: bool):
     self.directory, self.from_files = directory, from_files
 
   def process(self, element):
-    partition, items = element
+    run, items = element
     if self.from_files:
       files = sorted(items)
       entries = [marshal.loads(r) for path in files for r in read_records(path)]
@@ -63,9 +65,12 @@ class _SortRuns(beam.DoFn):
     by_split, errors = shard_plan.sort_partition(entries)
     del entries
     for split, unique in sorted(by_split.items()):
-      runs.write_run(self.directory, split, partition, unique)
-      yield (split, partition), (len(unique), sum(e[packed.RECORDS] for e in unique),
-                                 sum(e[packed.SIZE] for e in unique))
+      runs.write_run(self.directory, split, run, unique)
+      counts: dict = {}
+      for e in unique:
+        shard_plan.add_counts(counts, (split, shard_plan.partition_of(e[packed.HASH])),
+                              (1, e[packed.RECORDS], e[packed.SIZE]))
+      yield from counts.items()
     for error in errors:
       yield beam.pvalue.TaggedOutput("errors", error)
     if self.from_files:  # read and sorted: the spill is not needed again
@@ -82,17 +87,19 @@ class SortRuns(beam.PTransform):
   With `spill_directory` (a local disk every worker of a local runner shares), the partitions
   are gathered through files there, which keeps a local run's memory flat (the in-process
   runner holds a grouped PCollection whole); otherwise by a GroupByKey, the runner's shuffle.
-  Largest element: one partition, about N / 1024 images.
+  Largest element: one partition, about N / 1024 images; with the spill, a run file holds
+  shard_plan.LOCAL_RUN_SPAN partitions (N / 64: local runs only).
   """
 
   def __init__(self, directory: str, spill_directory: Optional[str] = None):
     super().__init__()
     self.directory, self.spill_directory = directory, spill_directory
+    self.span = shard_plan.LOCAL_RUN_SPAN if spill_directory else 1
 
   def expand(self, images):
     if self.spill_directory:
       grouped = (images
-                 | "Spill" >> beam.ParDo(_SpillPartitions(self.spill_directory))
+                 | "Spill" >> beam.ParDo(_SpillPartitions(self.spill_directory, self.span))
                  | "GroupSpills" >> beam.GroupByKey())
     else:
       grouped = (images
@@ -110,9 +117,9 @@ class _PlanFn(beam.CombineFn):
   is O(splits x partitions)."""
 
   def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float],
-               records_per_shard: Optional[int] = None):
+               records_per_shard: Optional[int] = None, span: int = 1):
     self.num_shards, self.shard_size_mb = num_shards, shard_size_mb
-    self.records_per_shard = records_per_shard
+    self.records_per_shard, self.span = records_per_shard, span
 
   def create_accumulator(self) -> shard_plan.PlanCounts:
     return {}
@@ -129,7 +136,8 @@ class _PlanFn(beam.CombineFn):
     return merged
 
   def extract_output(self, acc) -> shard_plan.ShardPlan:
-    return shard_plan.make_plan(acc, self.num_shards, self.shard_size_mb, self.records_per_shard)
+    return shard_plan.make_plan(acc, self.num_shards, self.shard_size_mb, self.records_per_shard,
+                                self.span)
 
 
 class PlanShards(beam.PTransform):
@@ -144,9 +152,9 @@ class PlanShards(beam.PTransform):
 
   def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float], staging: str,
                records_per_shard: Optional[int] = None,
-               template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE):
+               template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE, span: int = 1):
     super().__init__()
-    self.combine = _PlanFn(num_shards, shard_size_mb, records_per_shard)
+    self.combine = _PlanFn(num_shards, shard_size_mb, records_per_shard, span)
     self.staging, self.template = staging, template
 
   def expand(self, counts):

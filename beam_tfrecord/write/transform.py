@@ -73,6 +73,10 @@ class _WriteShard(beam.DoFn):
     self._pending, self._decided = [], False
 
   def process(self, element, label_map, plan: ShardPlan):
+    if isinstance(element, list):  # every shard in one element: one bundle, one pool
+      for task in element:
+        yield from self.process(task, label_map, plan)
+      return
     split, shard = element
     split_plan = plan.splits[split]
     lo, hi = split_plan.shard_range(shard)
@@ -156,6 +160,10 @@ class WriteShards(beam.PTransform):
   def expand(self, tasks):
     if self.spread:
       tasks = tasks | "Spread" >> beam.Reshuffle()
+    else:  # one element (O(shards)): the in-process runner cut the tasks into bundles of
+      # one, and each bundle waited for its own shard (20,000 images: 12 shards written one
+      # at a time)
+      tasks = tasks | "AllShards" >> beam.combiners.ToList()
     written = (tasks
                | "Write" >> beam.ParDo(_WriteShard(
                    self.staging, self.runs, self.options, self.template, self.processes,

@@ -56,22 +56,23 @@ def _entry(key, uri=None, split="train", source="a.json", source_id="1", records
   return packed.pack(ann, records)
 
 
-def _write(images, num_shards=None, size_mb=None, per_shard=None, directory=None):
-  """The pipeline's plan stage without Beam: partition, sort, write runs, plan from counts.
-  Returns (plan, {split: [keys of each shard, as the writer selects them]})."""
+def _write(images, num_shards=None, size_mb=None, per_shard=None, directory=None, span=1):
+  """The pipeline's plan stage without Beam: partition, sort `span` partitions a run, write
+  runs, plan from counts. Returns (plan, {split: [keys of each shard, as the writer selects
+  them]})."""
   directory = directory or tempfile.mkdtemp()
-  by_partition = collections.defaultdict(list)
+  by_run = collections.defaultdict(list)
   for image in images:
-    by_partition[shard_plan.partition_of(image[packed.HASH])].append(image)
+    by_run[shard_plan.partition_of(image[packed.HASH]) // span].append(image)
   counts = {}
-  for p, entries in by_partition.items():
+  for run, entries in by_run.items():
     by_split, _ = shard_plan.sort_partition(entries)
     for split, unique in by_split.items():
-      runs.write_run(directory, split, p, unique)
-      shard_plan.add_counts(counts, (split, p), (len(unique), sum(e[packed.RECORDS]
-                                                                  for e in unique),
-                                                 sum(e[packed.SIZE] for e in unique)))
-  plan = shard_plan.make_plan(counts, num_shards, size_mb, per_shard)
+      runs.write_run(directory, split, run, unique)
+      for e in unique:
+        shard_plan.add_counts(counts, (split, shard_plan.partition_of(e[packed.HASH])),
+                              (1, e[packed.RECORDS], e[packed.SIZE]))
+  plan = shard_plan.make_plan(counts, num_shards, size_mb, per_shard, span)
   shards = {}
   for split, sp in plan.splits.items():
     shards[split] = []
@@ -86,9 +87,10 @@ def _write(images, num_shards=None, size_mb=None, per_shard=None, directory=None
 @settings(max_examples=40, deadline=None)
 @given(keys=st.sets(st.text(alphabet=string.ascii_letters + "/._-é", min_size=1, max_size=12),
                     min_size=1, max_size=300),
-       num_shards=st.integers(min_value=1, max_value=40))
-def test_shards_are_ranges_of_the_hash_order_balanced_within_one(keys, num_shards):
-  plan, shards = _write([_entry(k) for k in keys], num_shards=num_shards)
+       num_shards=st.integers(min_value=1, max_value=40),
+       span=st.sampled_from([1, shard_plan.LOCAL_RUN_SPAN, shard_plan.PARTITIONS]))
+def test_shards_are_ranges_of_the_hash_order_balanced_within_one(keys, num_shards, span):
+  plan, shards = _write([_entry(k) for k in keys], num_shards=num_shards, span=span)
   sp = plan.splits["train"]
   assert sp.num_shards == min(num_shards, len(keys)) == len(shards["train"])
   assert sp.count == len(keys) and sp.total_bytes == 10 * len(keys)
@@ -167,11 +169,12 @@ def test_records_per_shard_one_record_per_image_is_exact():
   assert [len(s) for s in one["train"]] == [939]
 
 
-def test_records_per_shard_keeps_images_whole():
+@pytest.mark.parametrize("span", [1, shard_plan.LOCAL_RUN_SPAN])
+def test_records_per_shard_keeps_images_whole(span):
   """Per-object schemas: an image goes with its first record; records never split."""
   weights = {f"k{i}": (i * 7) % 5 for i in range(200)}  # 0..4 records an image
   images = [_entry(k, records=w) for k, w in weights.items()]
-  plan, shards = _write(images, per_shard=20)
+  plan, shards = _write(images, per_shard=20, span=span)
   sp = plan.splits["train"]
   total = sum(weights.values())
   assert sp.num_shards == math.ceil(total / 20) and sp.records == ()
