@@ -3,7 +3,6 @@ source -> prepare (locate, split, label map) -> plan shards -> write -> finalize
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
 from typing import List, Mapping, Optional, Sequence, Tuple
 
@@ -82,7 +81,7 @@ def work_directories(staging: str, run_id: str, spill: bool) -> Tuple[str, Optio
   if not spill:
     return paths.join(staging, outputs.WORK), None
   base = (os.path.join(staging, outputs.WORK) if not paths.is_remote(staging) else
-          os.path.join(tempfile.gettempdir(), f"beam-tfrecord-work-{run_id}"))
+          outputs.local_work_dir(run_id))
   return os.path.join(base, "runs"), os.path.join(base, "spill")  # made when written
 
 

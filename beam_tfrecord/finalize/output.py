@@ -39,20 +39,18 @@ class OutputNotEmpty(UsageError):
 WORK = ".work"  # a run's scratch in its run directory: spilled partitions, sorted runs
 
 
+def local_work_dir(run_id: str) -> str:
+  """Where a local runner keeps a run's scratch when its run directory is not on local disk."""
+  import tempfile
+  return os.path.join(tempfile.gettempdir(), f"beam-tfrecord-work-{run_id}")
+
+
 def remove_work(run_directory: str, run_id: str) -> None:
   """Delete a run's scratch (plan/transform's spill files and sorted runs) once its shards are
-  written: in the run directory, or in the temporary folder a local runner used for it."""
-  import shutil
-  import tempfile
-  work = paths.child(run_directory, WORK)
-  if paths.is_remote(work):
-    from apache_beam.io.filesystems import FileSystems
-    if FileSystems.exists(work + "/"):
-      FileSystems.delete([work + "/"])
-    shutil.rmtree(os.path.join(tempfile.gettempdir(), f"beam-tfrecord-work-{run_id}"),
-                  ignore_errors=True)
-  else:
-    shutil.rmtree(work, ignore_errors=True)
+  written: in the run directory, and in the temporary folder a local runner used for it."""
+  _delete_tree(paths.child(run_directory, WORK))
+  if paths.is_remote(run_directory):
+    _delete_tree(local_work_dir(run_id))
 
 
 def run_dir(output: str, run_id: str) -> str:

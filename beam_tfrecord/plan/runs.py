@@ -20,19 +20,18 @@ from beam_tfrecord.storage import paths, spill
 _RECORDS = struct.Struct("<I")
 
 
-def run_name(split: str, partition: int) -> str:
-  return f"run-{split}-{partition:05d}"
+def run_name(split: str, run: int) -> str:
+  return f"run-{split}-{run:05d}"
 
 
-def write_run(directory: str, split: str, partition: int,
-              entries: Sequence[packed.Packed]) -> str:
-  """Write a partition's sorted images of one split; returns the run's path. Written under a
+def write_run(directory: str, split: str, run: int, entries: Sequence[packed.Packed]) -> str:
+  """Write a run's sorted images of one split; returns the run's path. Written under a
   unique name and renamed, so a retried bundle replaces it whole."""
-  final = paths.child(directory, run_name(split, partition))
+  final = paths.child(directory, run_name(split, run))
   data = io.BytesIO()
   spill.write_records(data, [_RECORDS.pack(e[packed.RECORDS]) + e[packed.BLOB]
                              for e in entries])
-  partial = paths.child(directory, f".part-{uuid.uuid4().hex}-{run_name(split, partition)}")
+  partial = paths.child(directory, f".part-{uuid.uuid4().hex}-{run_name(split, run)}")
   if paths.is_remote(directory):
     from apache_beam.io.filesystems import FileSystems
     with FileSystems.create(partial) as f:
@@ -51,10 +50,11 @@ def read_run(path: str) -> Iterator[Tuple[int, bytes]]:
   if paths.is_remote(path):
     from apache_beam.io.filesystems import FileSystems
     with FileSystems.open(path, compression_type="uncompressed") as f:
-      records = list(spill.iter_records(f.read()))
+      data = f.read()
   else:
-    records = spill.read_records(path)
-  for record in records:
+    with open(path, "rb") as f:
+      data = f.read()
+  for record in spill.iter_records(data):
     yield _RECORDS.unpack_from(record)[0], record[4:]
 
 
@@ -74,5 +74,5 @@ def select(runs: Sequence[Tuple[str, int]], lo: int, hi: int, by_records: bool
 
 def shard_runs(directory: str, split: str, runs: List[Tuple[int, int]]
                ) -> List[Tuple[str, int]]:
-  """(path, first position) of SplitPlan.runs_of's partitions."""
-  return [(paths.child(directory, run_name(split, p)), position) for p, position in runs]
+  """(path, first position) of SplitPlan.runs_of's runs."""
+  return [(paths.child(directory, run_name(split, run)), position) for run, position in runs]

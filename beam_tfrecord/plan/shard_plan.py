@@ -130,7 +130,8 @@ def plan_split(split: str, counts: Mapping[int, Counts], num_shards: Optional[in
   for p in range(PARTITIONS):
     offsets[p + 1] = offsets[p] + counts.get(p, (0, 0, 0))[unit]
   if records_per_shard:
-    n = math.ceil(total_records / records_per_shard) if count else 0
+    # images of no record (per-object schemas) still need a shard to be accounted for
+    n = max(1, math.ceil(total_records / records_per_shard)) if count else 0
     starts = tuple(i * records_per_shard for i in range(n))
     records = (tuple(min(records_per_shard, total_records - s) for s in starts)
                if total_records == count else ())

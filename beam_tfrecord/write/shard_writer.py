@@ -77,12 +77,6 @@ def merge_stats(items: Iterable[Dict]) -> Dict:
   return merged
 
 
-def read_ahead_workers(uri: str) -> int:
-  """Threads reading a shard's images ahead: object stores wait on round trips, local files
-  on little (measured in benchmarks/README.md)."""
-  return REMOTE_READ_AHEAD if paths.is_remote(uri) else LOCAL_READ_AHEAD
-
-
 @dataclasses.dataclass
 class ShardTask:
   """One (split, shard) and everything needed to write it: its images are those at positions
@@ -143,6 +137,8 @@ def write_shard(task: ShardTask) -> ShardResult:
   errors: List[ErrorRecord] = []
   done = progress.ShardCounter(task.staging, name)
   anns = map(packed.unpack, runs.select(task.runs, task.lo, task.hi, task.by_records))
+  # read-ahead threads: object stores wait on round trips, local files on little
+  # (measured in benchmarks/README.md)
   workers = task.read_ahead or (REMOTE_READ_AHEAD if task.remote_images else LOCAL_READ_AHEAD)
   limit = task.options.max_image_bytes  # larger files are rejected from a stat, unread
   ahead = prefetch(anns, lambda a: fetch_image(a, task.options),

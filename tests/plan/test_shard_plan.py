@@ -216,3 +216,12 @@ def test_shard_size_mb(shared, dataset):
     counts = record_counts(out, split)
     assert max(counts) - min(counts) <= 1, counts
   assert len(out.shard_files["train"]) == 4
+
+
+def test_records_per_shard_with_images_of_no_record_still_writes_them():
+  """A per-object schema whose images have no object: one shard holds them all (they are
+  planned images, which must be written or rejected)."""
+  images = [_entry(f"k{i}", records=0) for i in range(5)]
+  plan, shards = _write(images, per_shard=4)
+  assert plan.splits["train"].num_shards == 1
+  assert sorted(shards["train"][0]) == sorted(f"k{i}" for i in range(5))

@@ -268,3 +268,17 @@ def test_no_credentials_is_one_line_at_once(tmp_path):
   lines = [l for l in result.stderr.splitlines() if l.startswith("beam-tfrecord:")]
   from beam_tfrecord.storage import gcs
   assert lines == [f"beam-tfrecord: {gcs.NO_CREDENTIALS}"]
+
+
+def test_a_runs_scratch_on_gs_is_removed_and_nothing_else(emulator):
+  """Runners other than the local ones write the plan's sorted runs into the run directory
+  (gs:// on Dataflow): Finalize removes them (output.remove_work), and only them."""
+  from beam_tfrecord.finalize import output as outputs
+  run = outputs.run_dir(f"gs://{BUCKET}/scratch-out", "r1")
+  names = [f"{run}/.work/run-train-00000", f"{run}/.work/run-val-00003",
+           f"{run}/train-00000-of-00001.tfrecord"]
+  for name in names:
+    with FileSystems.create(name) as f:
+      f.write(b"x")
+  outputs.remove_work(run, "r1")
+  assert [FileSystems.exists(n) for n in names] == [False, False, True]
