@@ -37,6 +37,8 @@ setup(
     extras_require={
         "plots": ["matplotlib>=3.7"],  # beam-tfrecord inspect --plot
         "dev": ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6",
+                # the tests load --layout tfds outputs with TFDS itself (never a runtime need)
+                "tensorflow-datasets>=4.9.4", "importlib_resources>=6",
                 "gcp-storage-emulator>=2026.7",  # tests/storage/test_gcs.py: gs:// offline
                 "matplotlib>=3.7"],  # the tests draw `inspect --plot` too
     },

@@ -18,7 +18,7 @@ from typing import List, Optional, Sequence
 
 from beam_tfrecord import __version__
 from beam_tfrecord import config as config_mod
-from beam_tfrecord.config import FORMATS, SCHEMAS, SINKS, ConvertConfig
+from beam_tfrecord.config import FORMATS, LAYOUTS, SCHEMAS, SINKS, ConvertConfig
 from beam_tfrecord.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from beam_tfrecord.plan import naming, shard_plan
 from beam_tfrecord.storage import files, paths
@@ -59,14 +59,21 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                         "(Pascal VOC directory or a folder of LabelImg XMLs), csv (TF Object "
                         "Detection CSV, one row per object, or a classification listing), "
                         "yolo (Ultralytics data.yaml or Darknet obj.data), folders (class "
-                        "folders: ROOT/CLASS/IMAGE or ROOT/SPLIT/CLASS/IMAGE). A Roboflow "
-                        "export directory (train/ valid/ test/) gives one split per folder")
+                        "folders: ROOT/CLASS/IMAGE or ROOT/SPLIT/CLASS/IMAGE), labelme (a "
+                        "folder of LabelMe JSONs), cvat (CVAT for images 1.1 annotations.xml), "
+                        "labelbox (Labelbox export v2 NDJSON), openimages (Open Images box "
+                        "CSV), yolo-keras (keras-yolo3 annotation text, with --classes-file). A "
+                        "Roboflow export directory (train/ valid/ test/) gives one split per "
+                        "folder")
   add(parser, "--input", dest="inputs", action="append", required=True, metavar="[SPLIT=]PATH",
                       help="annotation source; repeat for several. coco: an instances JSON file; "
                       "csv: a CSV file; voc: the VOC directory (Annotations/, JPEGImages/, "
                       "ImageSets/Main/) or a folder of XMLs (searched recursively); yolo: a "
                       "data.yaml, an obj.data, or the directory holding it; folders: the root "
-                      "of the class folders; auto: any of these, or an export directory. "
+                      "of the class folders; labelme: a folder of LabelMe JSONs; cvat: an "
+                      "annotations.xml; labelbox: an .ndjson export; openimages: a box CSV "
+                      "(e.g. train=oidv6-train-annotations-bbox.csv); yolo-keras: the "
+                      "annotation .txt; auto: any of these, or an export directory. "
                       "Prefix SPLIT= to give the file's split, e.g. "
                       "val=annotations/instances_val2017.json. Local paths or gs:// URIs "
                       "(s3:// needs boto3: pip install 'apache-beam[aws]')")
@@ -75,11 +82,32 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       "repeat with SPLIT= for a root per split. Default: coco/csv, the "
                       "annotation file's directory; voc, VOC/JPEGImages, or beside the XMLs "
                       "for a folder of XMLs (whose <filename> is looked up under DIR, in the "
-                      "XML's sub-folder, then directly). yolo and folders find their images "
-                      "themselves. File names may not leave this root")
+                      "XML's sub-folder, then directly); labelme, each JSON's folder (then its "
+                      "imageData); cvat, the export's images/ (else the XML's folder); "
+                      "labelbox, the NDJSON's folder; openimages, the folder named as the split "
+                      "beside the CSV; yolo-keras, the text file's folder. yolo and folders "
+                      "find their images themselves. File names may not leave this root")
   add(parser, "--output", required=True, metavar="DIR",
                       help="output directory (local or gs://): shards, label_map.pbtxt, "
                       "manifest.json, errors-*.jsonl")
+  add(parser, "--classes", metavar="NAME,...",
+                      help="keep only objects (and image-level labels) of these source classes; "
+                      "the others are dropped and counted as excluded_class warnings. Images "
+                      "left without objects are kept as background images. A name the source "
+                      "does not have is an error (exit 2) listing the ones it has")
+  add(parser, "--class-map", metavar="OLD=NEW,...",
+                      help="rename or merge source classes before ids are assigned: "
+                      "cat=pet,dog=pet gives one class pet. With --classes, OLD names refer "
+                      "to the kept source classes. Either option numbers the resulting "
+                      "classes afresh, contiguous from the schema's first id, in the source's "
+                      "class order (its ids, else sorted names), unless --label-map is given")
+  add(parser, "--classes-file", metavar="FILE",
+                      help="yolo-keras only (required there): the class names, one a line; "
+                      "line i is class index i in the annotation text")
+  add(parser, "--class-descriptions", metavar="CSV",
+                      help="openimages only: the LabelName,DisplayName CSV "
+                      "(class-descriptions-boxable.csv, or V7's oidv7-class-descriptions-"
+                      "boxable.csv). Default: the one beside the box CSV")
   add(parser, "--label-map", metavar="PBTXT",
                       help="label_map.pbtxt to use for class ids (overrides COCO ids, YOLO's "
                       "index + 1 and the sorted-name default); objects of classes missing from "
@@ -92,7 +120,8 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       "classification CSV listings; tutorial: height, width, depth, label, "
                       "image_raw (the TF TFRecord tutorial; one class per image); coco-objects: "
                       "one record per object (image, path, area, bbox, category_id, id, "
-                      "image_id; JPEG)")
+                      "image_id; JPEG); tfds-detection, tfds-image-folder: TFDS coco/2017's "
+                      "and image_folder's features, chosen by --layout tfds")
   add(parser, "--split", metavar="NAME=FRAC,...",
                       help="assign splits by a hash of each image's key, e.g. "
                       "train=0.8,val=0.1,test=0.1 (deterministic). Default: splits from the "
@@ -114,6 +143,18 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       "(0-based), {num_shards} and {count} (records in the file). Default "
                       f"{naming.DEFAULT_SHARD_NAME_TEMPLATE.replace('%', '%%')!r}. Two "
                       "shards of the same name are an error before anything is written")
+  add(parser, "--layout", choices=LAYOUTS, default="flat",
+                      help="flat (default): shards, label map and manifest in --output; tfds: "
+                      "the directory TensorFlow Datasets reads, --output/NAME/VERSION/ with "
+                      "NAME-SPLIT.tfrecord-00000-of-0000N shards, dataset_info.json and "
+                      "features.json (TFDS coco/2017's features for boxes, image_folder's for "
+                      "class folders; ClassLabel ids 0..N-1 in the source's class order), so "
+                      "that tfds.builder_from_directory('OUT/NAME/VERSION') or "
+                      "tfds.load('NAME', data_dir='OUT') load it")
+  add(parser, "--dataset-name", metavar="NAME",
+                      help="--layout tfds: the dataset's TFDS name (lower case, digits, '_')")
+  add(parser, "--dataset-version", default="1.0.0", metavar="X.Y.Z",
+                      help="--layout tfds: the version directory (default 1.0.0)")
   add(parser, "--sink", choices=SINKS, default="shards",
                       help="shards (default): our writer, flat memory and deterministic "
                       "output; beam: Beam's WriteToTFRecord, for runners with a cheap shuffle")

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from beam_tfrecord import schemas
 from beam_tfrecord.errors import UsageError
+from beam_tfrecord.finalize import tfds_layout
 from beam_tfrecord.plan import naming
 from beam_tfrecord.prepare import splitting
 from beam_tfrecord.records.boxes import BBOX_POLICIES
@@ -22,6 +23,7 @@ from beam_tfrecord.write.images import DEFAULT_MAX_PIXELS
 from beam_tfrecord.write.orientation import EXIF_FRAMES
 
 FORMATS = ("auto", *registry.FORMATS)
+LAYOUTS = ("flat", "tfds")
 SCHEMAS = tuple(schemas.REGISTRY)
 SINKS = ("shards", "beam")
 
@@ -62,6 +64,14 @@ class ConvertConfig:
   feature_names: Optional[str] = None     # 'OLD=NEW,...'
   shard_name_template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE
   writer_processes: int = 0               # 0: one per core on the in-process local runner
+  classes: Optional[str] = None           # 'a,b': keep only these source classes
+  class_map: Optional[str] = None         # 'old=new,...': rename or merge source classes
+  classes_file: Optional[str] = None      # yolo-keras: one class name a line
+  class_descriptions: Optional[str] = None  # openimages: LabelName,DisplayName CSV
+  layout: str = "flat"                    # tfds: OUT/NAME/VERSION/ as TFDS writes it
+  dataset_name: Optional[str] = None      # --layout tfds
+  dataset_version: str = "1.0.0"
+  tfds_root: Optional[str] = None         # --layout tfds, once resolved: the OUT given
 
   def schema_option(self) -> str:
     return self.schema or schemas.DEFAULT
@@ -96,7 +106,9 @@ class ConvertConfig:
       raise ValueError(f"--output {self.output!r} contains one of [ ] * ?, which Beam's file "
                        "sinks read as a pattern; choose a directory name without them")
     for what, items in (("--input", self.inputs), ("--images", self.images),
-                        ("--output", [self.output]), ("--label-map", [self.label_map or ""])):
+                        ("--output", [self.output]), ("--label-map", [self.label_map or ""]),
+                        ("--classes-file", [self.classes_file or ""]),
+                        ("--class-descriptions", [self.class_descriptions or ""])):
       for item in items:  # an object store without its client library: what to install
         check_store(paths.parse_assignment(item)[1], what)
     if self.sink not in SINKS:
@@ -155,6 +167,18 @@ class ConvertConfig:
       raise ValueError("--jpeg-quality must be within 1..100")
     if self.writer_processes < 0:
       raise ValueError("--writer-processes must be 0 (automatic) or more")
+    self.class_selection()  # ValueError when --classes or --class-map is malformed
+    if self.layout not in LAYOUTS:
+      raise ValueError(f"--layout must be one of {', '.join(LAYOUTS)}")
+    if self.layout == "tfds":
+      tfds_layout.check_options(self)
+    elif self.dataset_name or self.dataset_version != "1.0.0":
+      raise ValueError("--dataset-name and --dataset-version go with --layout tfds")
+
+  def class_selection(self):
+    """--classes and --class-map as a ClassSelection (None when neither is given)."""
+    from beam_tfrecord.prepare import class_selection
+    return class_selection.parse(self.classes, self.class_map)
 
   def first_id(self) -> int:
     """The id of the first class when ids are numbered from sorted names: the schema's, for
@@ -173,6 +197,10 @@ class ConvertConfig:
                        f"use --schema {' or '.join(fitting)}")
     if self.csv_normalized and self.format != "csv":
       raise UsageError(f"--csv-normalized applies to --format csv only, not {self.format}")
+    for option, value, fmt in (("--classes-file", self.classes_file, "yolo-keras"),
+                               ("--class-descriptions", self.class_descriptions, "openimages")):
+      if value and self.format != fmt:
+        raise UsageError(f"{option} applies to --format {fmt} only, not {self.format}")
     if self.include_masks and not schema.masks:
       raise UsageError(f"--include-masks writes image/object/mask of the {schemas.DEFAULT} "
                        f"schema, not {schema.option}")
@@ -256,6 +284,8 @@ def resolve(config: ConvertConfig) -> ConvertConfig:
     from beam_tfrecord.sources import detect
     found = detect.detect(config.inputs)
     config = dataclasses.replace(config, format=found.format, inputs=list(found.inputs))
+  if config.layout == "tfds":  # TFDS's own features and directory (finalize/tfds_layout.py)
+    config = tfds_layout.resolve(config, registry.image_level(config))
   if config.schema is None:
     config = dataclasses.replace(config, schema="classification"
                                  if registry.image_level(config) else schemas.DEFAULT)
@@ -267,6 +297,7 @@ def resolve(config: ConvertConfig) -> ConvertConfig:
 
 
 def input_paths(config: "ConvertConfig") -> List[str]:
-  """Every path the run reads: annotation inputs, image roots, the label map."""
+  """Every path the run reads: annotation inputs, image roots, the label map, class lists."""
   found = [paths.parse_assignment(i)[1] for i in list(config.inputs) + list(config.images)]
-  return found + ([config.label_map] if config.label_map else [])
+  return found + [p for p in (config.label_map, config.classes_file, config.class_descriptions)
+                  if p]

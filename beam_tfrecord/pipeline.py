@@ -10,14 +10,17 @@ import apache_beam as beam
 
 from beam_tfrecord import schemas
 from beam_tfrecord.config import ConvertConfig, resolve
+from beam_tfrecord.errors import UsageError
 from beam_tfrecord.finalize import fingerprint as fingerprints
 from beam_tfrecord.finalize import output as outputs
+from beam_tfrecord.finalize import tfds_layout
 from beam_tfrecord.finalize.transform import Finalize, count_keys
 from beam_tfrecord.plan.shard_plan import overlap_warning
 from beam_tfrecord.plan.transform import PlanShards, SortRuns, shard_tasks
 from beam_tfrecord.prepare import label_map as label_maps
 from beam_tfrecord.prepare.labels import BuildLabelMap
 from beam_tfrecord.prepare.locate import PrepareImages
+from beam_tfrecord.prepare.select import SelectClasses
 from beam_tfrecord.prepare.splitting import DEFAULT_SPLIT
 from beam_tfrecord.records import coders, packed
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
@@ -104,14 +107,28 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   first_id = config.first_id()  # the schema's, or its image-level sources' (tutorial: 0)
   user_map = (label_maps.read(config.label_map, min_id=first_id)
               if config.label_map else None)
+  if user_map is not None and config.layout == "tfds":
+    try:
+      tfds_layout.check_label_ids(user_map)
+    except ValueError as e:
+      raise UsageError(str(e)) from None
   source, source_splits = registry.read(root, config, first_id=first_id, local=local)
+  selection = config.class_selection()
+  if selection is not None:  # --classes / --class-map: before anything gets an id
+    source, excluded_counts = root | "SelectClasses" >> SelectClasses(
+        source, selection, ",".join(config.inputs))
+  else:
+    excluded_counts = root | "NothingExcluded" >> beam.Create([])
   fractions = config.split_fractions()
   remote = config.allow_absolute_paths or any(
       paths.is_remote(paths.parse_assignment(item)[1]) for item in config.images + config.inputs)
   images, prepare_errors = source.images | "Prepare" >> PrepareImages(
       fractions, dedupe=config.sink != "shards", remote=remote)
   label_map = beam.pvalue.AsSingleton(
-      root | "LabelMap" >> BuildLabelMap(source, user_map, first_id))
+      root | "LabelMap" >> BuildLabelMap(source, user_map, first_id,
+                                         # a selection or a ClassLabel: ids without gaps
+                                         contiguous=selection is not None
+                                         or config.layout == "tfds"))
 
   # --- --if-changed: the sources' fingerprint, listed on workers (the launcher lists no
   # folder) and compared there with the output's last successful run. `unchanged` is one
@@ -183,9 +200,10 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
                  | "WriteErrors" >> beam.io.WriteToText(
                      paths.join(staging, "errors"), file_name_suffix=".jsonl",
                      shard_name_template="-SSSSS-of-NNNNN", num_shards=1))
-  error_counts = (errors
-                  | "Reasons" >> beam.FlatMap(count_keys)
-                  | "CountReasons" >> beam.combiners.Count.PerElement())
+  error_counts = ((errors | "Reasons" >> beam.FlatMap(
+                      lambda e: [(key, 1) for key in count_keys(e)]), excluded_counts)
+                  | "AllCounts" >> beam.Flatten()
+                  | "CountReasons" >> beam.CombinePerKey(sum))
   return (root
           | "Once" >> beam.Create([None])
           | "Finalize" >> beam.ParDo(

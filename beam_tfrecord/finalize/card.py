@@ -123,6 +123,24 @@ def tf_data_snippet(manifest: Mapping) -> str:
   return "\n".join(lines)
 
 
+def tfds_snippet(manifest: Mapping) -> List[str]:
+  """--layout tfds: the keras-io RetinaNet example's loading code, only the name changed."""
+  config = manifest.get("config") or {}
+  if config.get("layout") != "tfds":
+    return []
+  name, root = config.get("dataset_name") or "", config.get("tfds_root") or "."
+  splits = list(manifest.get("splits") or {})
+  labels = "objects" if manifest.get("schema") == "tfds_detection" else None
+  names = (f"dataset_info.features[{_py('objects')}][{_py('label')}].names" if labels
+           else f"dataset_info.features[{_py('label')}].names")
+  return ["With TensorFlow Datasets (the keras-io RetinaNet example's loading code, only the "
+          "dataset name changed):", "", "```python", "import tensorflow_datasets as tfds", "",
+          f"datasets, dataset_info = tfds.load({_py(name)}, split={splits!r}, "
+          f"with_info=True, data_dir={_py(root)})",
+          f"print({names})",
+          f"# or: tfds.builder_from_directory({_py(_output(manifest))})", "```", ""]
+
+
 def _output(manifest: Mapping) -> str:
   output = (manifest.get("config") or {}).get("output") or "."
   return output.rstrip("/") or output  # OUTPUT + '/name' must not make a '//' object name
@@ -204,6 +222,7 @@ def render(manifest: Mapping) -> str:
           f"reader.show({_py(output)}, split={_py(split)}, n=16)  # PIL image of 16 examples",
           "```", ""]
 
+  out += tfds_snippet(manifest)
   out += ["## Errors", ""]
   count = errors.get("count", 0)
   if not count:

@@ -20,6 +20,8 @@ USAGE_REASONS = {
     "category_zero_used": "annotations use category id 0, which the TF OD API reserves for "
                           "background; give --label-map with an id >= 1 for that category's "
                           "name",
+    "unknown_class_selected": "--classes or --class-map names a class the source does not "
+                              "have",
 }
 
 

@@ -341,8 +341,17 @@ def summary(manifest: Dict, output: str, seconds: Optional[float] = None) -> str
                f"{totals['clipped_boxes']}, errors {errors['count'] - warnings}"
                + (f", warnings {warnings}" if warnings else "")
                + (f", {seconds:.1f} s" if seconds is not None else ""))
-  if errors["count"]:
-    reasons = ", ".join(f"{k} {v}" for k, v in errors["by_reason"].items())
+  excluded = manifest.get("excluded_classes")
+  if excluded:
+    top = sorted(excluded.items(), key=lambda kv: (-kv[1], kv[0]))
+    listed = ", ".join(f"{name} {n}" for name, n in top[:8]) + (" ..." if len(top) > 8 else "")
+    lines.append(f"  excluded by --classes: {sum(excluded.values())} objects ({listed}); "
+                 "images left without objects were kept as background images")
+  # excluded_class has its own line above, and no line in errors-*.jsonl
+  listed_reasons = {k: v for k, v in errors["by_reason"].items()
+                    if not (excluded and k == "excluded_class")}
+  if listed_reasons:
+    reasons = ", ".join(f"{k} {v}" for k, v in listed_reasons.items())
     kinds = "errors and warnings" if warnings else "errors"
     lines.append(f"  {kinds} by reason: {reasons} (details in "
                  f"{', '.join(errors['files']) or 'errors-*.jsonl'})")

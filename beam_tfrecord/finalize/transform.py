@@ -17,11 +17,13 @@ from beam_tfrecord.config import ConvertConfig, input_paths
 from beam_tfrecord.finalize import card
 from beam_tfrecord.finalize import fingerprint as fingerprints
 from beam_tfrecord.finalize import lock as locks
+from beam_tfrecord.finalize import tfds_layout
 from beam_tfrecord.finalize import output as outputs
 from beam_tfrecord.finalize.manifest import (empty_splits, error_rate,
                                              lost_records, outcome_of,
                                              split_entries)
 from beam_tfrecord.prepare import label_map as label_maps
+from beam_tfrecord.prepare.select import EXCLUDED_PREFIX
 from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.storage import paths
 
@@ -61,11 +63,16 @@ class Finalize(beam.DoFn):
       outputs.write_atomic(run_directory, LABELS_TXT,
                            label_maps.to_lines(label_map).encode())
     splits = split_entries(stats, beam_files)
+    if self.config.layout == "tfds":
+      _write_tfds_metadata(run_directory, self.config, splits, label_map)
     totals = {k: sum(e[k] for e in splits.values())
               for k in ("examples", "images", "objects", "bytes", "clipped_boxes",
                         "reoriented_images")}
-    reasons = {k: v for k, v in sorted(error_counts.items()) if not k.startswith("level:")}
+    reasons = {k: v for k, v in sorted(error_counts.items())
+               if not k.startswith(("level:", EXCLUDED_PREFIX))}
     levels = {k[6:]: v for k, v in sorted(error_counts.items()) if k.startswith("level:")}
+    excluded = {k[len(EXCLUDED_PREFIX):]: v for k, v in sorted(error_counts.items())
+                if k.startswith(EXCLUDED_PREFIX)}
     rate = error_rate(totals["images"], levels)  # per image: records may be several or none
     outcome, status = outcome_of(totals, levels, rate, self.config.max_error_rate,
                                  lost_records(plan.splits, stats),
@@ -91,6 +98,8 @@ class Finalize(beam.DoFn):
                                                          source_fingerprint=fingerprint)),
         "features": schema.manifest_features(),
         "label_map": dict(sorted(label_map.items(), key=lambda kv: kv[1])),
+        # --classes/--class-map: objects (or image labels) dropped, per source class
+        **({"excluded_classes": excluded} if self.config.class_selection() else {}),
         "splits": splits,
         "totals": totals,
         "errors": {"count": sum(reasons.values()), "rate": rate, "by_level": levels,
@@ -123,6 +132,25 @@ class Finalize(beam.DoFn):
         self.config.output, if_changed["created"], if_changed["current"]))
     return {"outcome": "unchanged", "run_id": self.run_id,
             "source_fingerprint": if_changed["current"], "created": if_changed["created"]}
+
+
+def _write_tfds_metadata(run_directory: str, config: ConvertConfig, splits: Dict,
+                         label_map: Dict[str, int]) -> None:
+  """--layout tfds: dataset_info.json, features.json and the ClassLabel's names beside the
+  shards (finalize/tfds_layout.py), so that TFDS loads the directory as it is."""
+  tfds_layout.check_label_ids(label_map)
+  option = config.schema_option()
+  encoding = config.image_format if config.image_format in ("jpeg", "png") else None
+  features = tfds_layout.features(option, len(label_map), config.include_masks, encoding)
+  description = (f"{config.dataset_name}: converted by beam-tfrecord {beam_tfrecord.__version__}"
+                 f" from {config.format} annotations ("
+                 f"{', '.join(paths.parse_assignment(i)[1] for i in config.inputs)}).")
+  info = tfds_layout.dataset_info(config.dataset_name, config.dataset_version, splits, option,
+                                  description)
+  for name, text in ((tfds_layout.FEATURES, json.dumps(features, indent=4, sort_keys=True)),
+                     (tfds_layout.DATASET_INFO, json.dumps(info, indent=2, sort_keys=True)),
+                     (tfds_layout.label_file(option), tfds_layout.label_names(label_map))):
+    outputs.write_atomic(run_directory, name, text.encode("utf-8"))
 
 
 def _remove_tree(directory: str) -> None:

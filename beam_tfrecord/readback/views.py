@@ -19,6 +19,7 @@ from beam_tfrecord.storage import files, paths
 # Box encodings: corners normalized to [0, 1] (TF OD API) or COCO's [x, y, w, h] in pixels.
 NORMALIZED_CORNERS = "normalized_corners"
 PIXEL_XYWH = "pixel_xywh"
+NORMALIZED_YXYX = "normalized_yxyx"  # TFDS's BBoxFeature: [ymin, xmin, ymax, xmax] per object
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +59,10 @@ VIEWS: Dict[str, View] = {v.schema: v for v in (
     # One record per object, the keras.io "Creating TFRecords" COCO example's keys.
     View("coco-objects", image="image", filename="path", group="image_id", boxes=("bbox",),
          box_format=PIXEL_XYWH, class_id="category_id"),
+    # --layout tfds: TFDS coco/2017's and image_folder's features (names in labels.txt)
+    View("tfds_detection", image="image", filename="image/filename", boxes=("objects/bbox",),
+         box_format=NORMALIZED_YXYX, class_id="objects/label", mask="objects/segmentation"),
+    View("tfds_image_folder", image="image", filename="image/filename", class_id="label"),
 )}
 
 
@@ -222,6 +227,11 @@ def item(features: Mapping[str, list], view: View, names: Mapping[int, str],
     xmin, ymin, xmax, ymax = (get(k) for k in view.boxes)
     result.boxes = [(x0 * width, y0 * height, x1 * width, y1 * height)
                     for x0, y0, x1, y1 in zip(xmin, ymin, xmax, ymax)]
+  elif view.box_format == NORMALIZED_YXYX:
+    width, height = result.size()
+    values = list(get(view.boxes[0]))
+    result.boxes = [(x0 * width, y0 * height, x1 * width, y1 * height)
+                    for y0, x0, y1, x1 in zip(*[iter(values)] * 4)]
   else:  # PIXEL_XYWH: one box per record, four numbers
     values = list(get(view.boxes[0]))
     result.boxes = [(x, y, x + w, y + h) for x, y, w, h in zip(*[iter(values)] * 4)]

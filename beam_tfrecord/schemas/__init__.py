@@ -42,6 +42,9 @@ REGISTRY: Dict[str, str] = {
     "classification": "beam_tfrecord.schemas.classification",
     "tutorial": "beam_tfrecord.schemas.tutorial",
     "coco-objects": "beam_tfrecord.schemas.coco_objects",
+    # --layout tfds chooses one of these (finalize/tfds_layout.py)
+    "tfds-detection": "beam_tfrecord.schemas.tfds_detection",
+    "tfds-image-folder": "beam_tfrecord.schemas.tfds_image_folder",
 }
 DEFAULT = "od-api"
 

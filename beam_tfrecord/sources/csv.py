@@ -431,7 +431,7 @@ def check_input(uri: str, column_map: Mapping[str, str]) -> None:
     # a syntax error later in the file: the pipeline reports it and keeps the rows before it
 
 
-def _size(uri: str) -> Optional[int]:
+def file_size(uri: str) -> Optional[int]:
   from apache_beam.io.filesystems import FileSystems
   try:
     return FileSystems.get_filesystem(uri).size(uri)
@@ -439,7 +439,7 @@ def _size(uri: str) -> Optional[int]:
     return None
 
 
-def _lines(fileobj, header: Optional[CsvHeader], start: int, end: int,
+def csv_rows(fileobj, header: Optional[CsvHeader], start: int, end: int,
            column_map: Mapping[str, str]):
   """The rows of a whole file (header None: read_rows, numbered by file line) or of a range of
   a big one (read_range, numbered from the range's first line)."""
@@ -454,7 +454,7 @@ Parsed = Tuple[str, Optional[int], Optional[int], Optional[str], Optional[Coords
 def _parsed(lines, uri: str, coordinates: CoordinateRange
             ) -> Iterator[Tuple[int, Union[Parsed, ErrorRecord, None]]]:
   """(n, parse_values of the row, or its ErrorRecord with source `uri`, or None for a blank
-  line) for each (n, row) of _lines; each box is added to `coordinates`."""
+  line) for each (n, row) of csv_rows; each box is added to `coordinates`."""
   for n, row in lines:
     if row is None:
       yield n, None
@@ -472,14 +472,14 @@ def _parsed(lines, uri: str, coordinates: CoordinateRange
       yield n, values
 
 
-def _file_error(uri: str, e: Exception) -> ErrorRecord:
+def file_error(uri: str, e: Exception) -> ErrorRecord:
   if isinstance(e, InputError):
     return e.record(uri, uri, level="file")
   return ErrorRecord(source=uri, stage="read", reason="unreadable", message=str(e), key=uri,
                      level="file")
 
 
-class _PlanCsv(beam.DoFn):
+class PlanCsv(beam.DoFn):
   """(split, csv_uri, image_root) -> the parts of the file to read, (split, uri, image_root,
   header, start, end): the whole file (header None) when it has at most `split_bytes`; else
   its header, read here (one record), and OffsetRanges of `split_bytes` after it, as Beam's
@@ -494,7 +494,7 @@ class _PlanCsv(beam.DoFn):
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.io.restriction_trackers import OffsetRange
     split, uri, image_root = task
-    size = _size(uri)
+    size = file_size(uri)
     if size is None or size <= self.split_bytes:
       yield split, uri, image_root, None, 0, size or 0
       return
@@ -507,11 +507,11 @@ class _PlanCsv(beam.DoFn):
         yield beam.pvalue.TaggedOutput("rows", (
             (uri, split, image_root, filename), ((BESIDE, 0), None, None, None, None)))
     except (InputError, OSError) as e:
-      yield beam.pvalue.TaggedOutput("errors", _file_error(uri, e))
+      yield beam.pvalue.TaggedOutput("errors", file_error(uri, e))
 
 
 class _ReadPart(beam.DoFn):
-  """A part from _PlanCsv -> ((uri, split, image_root, filename), ((start, n), width, height,
+  """A part from PlanCsv -> ((uri, split, image_root, filename), ((start, n), width, height,
   label, box)) per row (parse_values; n counts the range's lines from 1, or a whole file's
   lines). Tagged:
     row_errors  (uri, start, n, ErrorRecord) of an unusable row, its line number to complete;
@@ -532,7 +532,7 @@ class _ReadPart(beam.DoFn):
     last = 0
     try:
       with FileSystems.open(uri, compression_type="uncompressed") as f:
-        for n, parsed in _parsed(_lines(f, header, start, end, self.column_map), uri,
+        for n, parsed in _parsed(csv_rows(f, header, start, end, self.column_map), uri,
                                  coordinates):
           last = n
           if parsed is None:
@@ -548,7 +548,7 @@ class _ReadPart(beam.DoFn):
           yield (uri, split, image_root, filename), ((BESIDE, 0), None, None, None, None)
       yield beam.pvalue.TaggedOutput("coordinates", (uri, coordinates.state()))
     except (InputError, OSError) as e:
-      yield beam.pvalue.TaggedOutput("errors", _file_error(uri, e))
+      yield beam.pvalue.TaggedOutput("errors", file_error(uri, e))
     if header is not None:
       yield beam.pvalue.TaggedOutput("lines", (uri, (start, last, header.lines)))
 
@@ -570,7 +570,7 @@ def line_offsets(counts) -> Dict[Tuple[str, int], int]:
   return offsets
 
 
-def _with_line(item, offsets: Mapping[Tuple[str, int], int]) -> ErrorRecord:
+def with_line(item, offsets: Mapping[Tuple[str, int], int]) -> ErrorRecord:
   uri, start, n, record = item
   return dataclasses.replace(record, source=f"{uri}:{offsets.get((uri, start), 0) + n}")
 
@@ -596,7 +596,7 @@ SPILL_BUFFER_BYTES = 8 << 20
 ROW_BYTES = 400
 
 
-class _HeldRows:
+class HeldRows:
   """Rows of one file by partition of their image's name (crc32: the same partitions in every
   process), each (split, filename, line, width, height, label, box): in memory up to
   `buffer_bytes`, then spilled to a storage.spill.Spill as one marshal dump per partition. A
@@ -655,7 +655,7 @@ class _JoinCsv(beam.DoFn):
   """(split, csv_uri, image_root) -> ImageAnnotation per image; tagged: errors. The in-process
   runner's path (one process, one stage at a time): each file read in order (a big one line
   by line, as its ranges are, so that the results are the distributed path's), rows held by
-  partition of image name in a _HeldRows, spilled to local disk past `buffer_bytes`, and joined
+  partition of image name in a HeldRows, spilled to local disk past `buffer_bytes`, and joined
   one partition at a time: where a GroupByKey on that runner holds every row in memory.
   Largest element: one image; memory: ~2 x buffer_bytes plus one partition's rows."""
 
@@ -670,9 +670,9 @@ class _JoinCsv(beam.DoFn):
   def process(self, task):
     from apache_beam.io.filesystems import FileSystems
     split, uri, image_root = task
-    size = _size(uri)
+    size = file_size(uri)
     partitions = min(MAX_PARTITIONS, max(1, -(-(size or 0) // self.partition_bytes)))
-    held = _HeldRows(partitions, self.buffer_bytes)
+    held = HeldRows(partitions, self.buffer_bytes)
     try:
       coordinates = CoordinateRange()
       try:
@@ -681,7 +681,7 @@ class _JoinCsv(beam.DoFn):
           if size is not None and size > self.split_bytes:
             header = read_header(f, self.column_map)
             skip = header.lines
-          lines = _lines(f, header, header.end if header else 0, size or 0, self.column_map)
+          lines = csv_rows(f, header, header.end if header else 0, size or 0, self.column_map)
           for n, parsed in _parsed(lines, uri, coordinates):
             if parsed is None:
               continue
@@ -698,7 +698,7 @@ class _JoinCsv(beam.DoFn):
           yield beam.pvalue.TaggedOutput("errors",
                                          looks_normalized_warning(uri, coordinates.boxes))
       except (InputError, OSError) as e:  # the rows before it are kept
-        yield beam.pvalue.TaggedOutput("errors", _file_error(uri, e))
+        yield beam.pvalue.TaggedOutput("errors", file_error(uri, e))
       for p in range(partitions):
         for (row_split, filename), rows in held.images(p).items():
           yield from group_image(((uri, row_split, image_root, filename), rows),
@@ -769,7 +769,7 @@ class ReadCsv(beam.PTransform):
   objects in file order, with split from the split column or the input, and ErrorRecords for
   unusable rows and files.
 
-  A file over `split_bytes` is read by many workers: its header by one (_PlanCsv), its byte
+  A file over `split_bytes` is read by many workers: its header by one (PlanCsv), its byte
   ranges by any (_ReadPart), its rows grouped by image in a GroupByKey; a line's number, for
   error sources, from the line counts of the ranges before it (a side input of one entry per
   range). `in_process` (the in-process runner): one DoFn per file joins its rows through spill
@@ -796,7 +796,7 @@ class ReadCsv(beam.PTransform):
       return SourceOutput(images=joined.images, errors=joined.errors)
     planned = (files
                | "SpreadFiles" >> beam.Reshuffle()
-               | "Plan" >> beam.ParDo(_PlanCsv(self.column_map, self.split_bytes)).with_outputs(
+               | "Plan" >> beam.ParDo(PlanCsv(self.column_map, self.split_bytes)).with_outputs(
                    "rows", "errors", main="parts"))
     rows = (planned.parts
             | "SpreadParts" >> beam.Reshuffle()
@@ -811,7 +811,7 @@ class ReadCsv(beam.PTransform):
                | "ToImage" >> beam.FlatMap(group_image, self.allow_absolute,
                                             self.follow_symlinks, self.normalized,
                                             offsets).with_outputs("errors", main="images"))
-    row_errors = rows.row_errors | "LineNumbers" >> beam.Map(_with_line, offsets)
+    row_errors = rows.row_errors | "LineNumbers" >> beam.Map(with_line, offsets)
     parts = [planned.errors, rows.errors, row_errors, grouped.errors]
     if not self.normalized:  # decided per file, from every part's boxes
       parts.append(rows.coordinates
@@ -837,10 +837,18 @@ def is_listing(uri: str, column_map: Mapping[str, str]) -> bool:
 
 
 def detect(path: str) -> Optional[str]:
-  """--format auto: a .csv file, or a folder holding Roboflow's _annotations.csv."""
+  """--format auto: a .csv file (but an Open Images box CSV, --format openimages), or a
+  folder holding Roboflow's _annotations.csv."""
   from beam_tfrecord.storage.files import list_dir
   if path.lower().endswith(".csv"):
-    return "CSV file"
+    # An Open Images box CSV is --format openimages' (its detect, which this module may not
+    # import: openimages imports this one): its header starts with these columns
+    from beam_tfrecord.storage.files import head
+    first = head(path, 4096).split(b"\n", 1)[0].decode("utf-8-sig", "replace")
+    columns = tuple(c.strip() for c in first.strip().split(","))
+    open_images = ("ImageID", "Source", "LabelName", "Confidence", "XMin", "XMax", "YMin",
+                   "YMax", "IsOccluded", "IsTruncated", "IsGroupOf", "IsDepiction", "IsInside")
+    return None if columns[:len(open_images)] == open_images else "CSV file"
   if "_annotations.csv" in list_dir(path)[1]:
     return "_annotations.csv"
   return None

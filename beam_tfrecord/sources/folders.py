@@ -173,11 +173,18 @@ class ReadFolders(beam.PTransform):
     return SourceOutput(images=listed.images, errors=errors, categories=categories)
 
 
+ANNOTATION_FILES = (".xml", ".json", ".ndjson", ".jsonl", ".csv", ".yaml", ".yml")
+
+
 def detect(path: str) -> Optional[str]:
   """--format auto: 'class folders' when `path` holds folders (or split folders) of images."""
-  subdirs, _ = list_dir(path)
+  subdirs, top_files = list_dir(path)
   visible = [d for d in subdirs if not d.startswith(".")]
   if not visible:
+    return None
+  # an annotation file at the top (CVAT's annotations.xml beside images/, a Labelbox .ndjson)
+  # makes the folders its images, not classes
+  if any(f.lower().endswith(ANNOTATION_FILES) for f in top_files if not f.startswith(".")):
     return None
   extensions = image_extensions()
   levels = [paths.join(path, d) for d in visible]
@@ -186,7 +193,7 @@ def detect(path: str) -> Optional[str]:
   # every class folder holds images and no annotation files: VOC's JPEGImages/Annotations and
   # YOLO's images/labels fail the first test; XMLs, or Darknet label .txt files named like the
   # images, beside the images fail the second (a stray notes.txt does not)
-  annotation = (".xml", ".json", ".csv", ".yaml", ".yml")
+  annotation = ANNOTATION_FILES
   if not levels:
     return None
   for level in levels:

@@ -1,7 +1,7 @@
 """The formats this tool reads: one line each. Adding a format is one module in sources/, one
 test file (tests/sources/test_NAME.py) and one line here.
 
-A format's module (sources/NAME.py) implements the source protocol, looked up through get():
+A format's module (sources/NAME.py, '-' in NAME as '_') implements the source protocol, looked up through get():
   detect(path) -> reason or None        --format auto: does this path look like the format?
   check(config)                         before running: UsageError when the inputs are wrong
   possible_splits(config) -> set|None   splits known before reading the data (None: unknown)
@@ -35,6 +35,11 @@ FORMATS = {
     "csv": "TF Object Detection CSV, or a classification listing",
     "yolo": "Ultralytics data.yaml or Darknet obj.data with YOLO label files",
     "folders": "class folders: ROOT/CLASS/IMAGE or ROOT/SPLIT/CLASS/IMAGE",
+    "labelme": "a folder of LabelMe JSON files (searched recursively)",
+    "cvat": "CVAT for images 1.1 XML (annotations.xml of a task, job or project)",
+    "labelbox": "Labelbox export v2 NDJSON",
+    "openimages": "Open Images box CSV (ImageID,Source,LabelName,...) and class descriptions",
+    "yolo-keras": "keras-yolo3 annotation text (path x1,y1,x2,y2,class ...), --classes-file",
 }
 
 
@@ -46,7 +51,7 @@ def get(name: str) -> ModuleType:
   """The module of format `name` (ValueError for an unknown one)."""
   if name not in FORMATS:
     raise ValueError(f"unknown format {name!r}; one of {', '.join(FORMATS)}")
-  return importlib.import_module(f"beam_tfrecord.sources.{name}")
+  return importlib.import_module(f"beam_tfrecord.sources.{name.replace('-', '_')}")
 
 
 def image_level(config) -> bool:

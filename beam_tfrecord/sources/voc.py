@@ -355,16 +355,23 @@ def is_flat(voc_root: str) -> bool:
 
 
 def detect(path: str) -> Optional[str]:
-  """--format auto: a VOC directory, or a folder holding XMLs."""
+  """--format auto: a VOC directory, or a folder holding XMLs (a CVAT export's annotations.xml
+  is not one: only that name is looked into, so a big folder of XMLs costs no reads)."""
+  from beam_tfrecord.sources.cvat import EXPORT_FILE, is_cvat_xml
+
+  def voc_xmls(folder: str, names: List[str]) -> bool:
+    return any(f.lower().endswith(".xml") and not (
+        f == EXPORT_FILE and is_cvat_xml(paths.join(folder, f))) for f in names)
+
   subdirs, files = list_dir(path)
   if "Annotations" in subdirs:
     return "Annotations/"
-  if any(f.lower().endswith(".xml") for f in files):
+  if voc_xmls(path, files):
     return "XMLs"
   # one level down only (raccoon_dataset/annotations/): deeper XMLs are more likely a
   # collection of datasets than one
   with_xml = [d for d in subdirs if not d.startswith(".") and
-              any(f.lower().endswith(".xml") for f in list_dir(paths.join(path, d))[1])]
+              voc_xmls(paths.join(path, d), list_dir(paths.join(path, d))[1])]
   if with_xml:
     return f"XMLs in {', '.join(d + '/' for d in with_xml)}"
   return None

@@ -188,6 +188,34 @@ def _too_large(uri: str, size: int, limit: int) -> InputError:
                     f"{uri} has {size} bytes, over --max-image-bytes {limit}")
 
 
+# A LabelMe JSON whose image is only its base64 `imageData` (sources/labelme.py): the image's
+# uri is the JSON's with this suffix, and read_bytes decodes it where it reads images.
+EMBEDDED = "#imageData"
+# base64 is 4/3 of the image; the JSON's shapes come on top
+_EMBEDDED_JSON_BYTES = 64 << 20
+
+
+def _read_embedded(json_uri: str, limit: int, follow_symlinks: bool,
+                   root: Optional[str]) -> bytes:
+  """The image in a LabelMe JSON's imageData, read with the same checks as an image file (the
+  JSON is the file read) and at most `limit` bytes once decoded."""
+  import base64
+  import json
+  data = read_bytes(json_uri, max(limit * 4 // 3 + (1 << 20), _EMBEDDED_JSON_BYTES), None,
+                    follow_symlinks, root)
+  try:
+    text = json.loads(data).get("imageData")
+    image = base64.b64decode(text, validate=True) if isinstance(text, str) else b""
+  except (ValueError, AttributeError) as e:  # not JSON, not an object, not base64
+    raise InputError("read", "bad_image_data", f"{json_uri}: imageData cannot be decoded "
+                     f"({type(e).__name__}: {e})") from None
+  if not image:
+    raise InputError("read", "bad_image_data", f"{json_uri}: imageData is empty")
+  if len(image) > limit:
+    raise _too_large(json_uri + EMBEDDED, len(image), limit)
+  return image
+
+
 def read_bytes(uri: str, limit: int = DEFAULT_MAX_IMAGE_BYTES, size: Optional[int] = None,
                follow_symlinks: bool = False, root: Optional[str] = None) -> bytes:
   """The file's bytes; files over `limit` bytes are rejected from a stat, before reading.
@@ -200,6 +228,8 @@ def read_bytes(uri: str, limit: int = DEFAULT_MAX_IMAGE_BYTES, size: Optional[in
   the root. None: no root to keep to (names taken as they are, --allow-absolute-paths). The
   file must be a regular file (not a device, a FIFO, a directory), and at most `limit` + 1
   bytes are read whatever its size was."""
+  if uri.endswith(EMBEDDED):
+    return _read_embedded(uri[:-len(EMBEDDED)], limit, follow_symlinks, root)
   if uri.startswith("gs://"):
     return _read_gcs(uri, limit, size)
   if not is_remote(uri):

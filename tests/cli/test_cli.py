@@ -17,6 +17,7 @@ from conftest import (REPO, check_all_images, check_manifest, read_output,
 from PIL import Image
 
 from beam_tfrecord import cli
+from beam_tfrecord.sources import registry
 
 CONVERT_OPTIONS = ("--format", "--input", "--images", "--output", "--label-map", "--split",
                    "--num-shards", "--shard-size-mb", "--sink", "--csv-columns", "--bbox-policy",
@@ -88,8 +89,8 @@ def test_console_script_entry_point():
     assert result.returncode == 2 and "missing.json" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("module", ["coco_to_tfrecord", "voc_to_tfrecord", "csv_to_tfrecord",
-                                    "yolo_to_tfrecord", "folders_to_tfrecord"])
+@pytest.mark.parametrize("module", [f"{fmt.replace('-', '_')}_to_tfrecord"
+                                    for fmt in registry.FORMATS])
 def test_pipeline_modules_help(module, capsys):
   mod = importlib.import_module(f"pipelines.{module}")
   with pytest.raises(SystemExit) as e:
@@ -109,7 +110,7 @@ def test_pipeline_modules_help(module, capsys):
       "--shard-size-mb=5"], "not allowed with"),
     *[(["convert", "--format=coco", "--input=a.json", "--output=o", f"--shard-size-mb={mb}"],
        "--shard-size-mb must be a positive number") for mb in ("nan", "inf", "-inf", "0")],
-    (["convert", "--format=labelme", "--input=a.json", "--output=o"], "invalid choice"),
+    (["convert", "--format=labelme2", "--input=a.json", "--output=o"], "invalid choice"),
     (["convert", "--format=coco", "--input=a.json"], "--output"),
     (["convert", "--format=csv", "--input=a.csv", "--output=o", "--csv-columns=file=path"],
      "column mapping"),

@@ -14,7 +14,8 @@ from beam_tfrecord import cli
 from beam_tfrecord.config import ConvertConfig
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: tests/cli/ is two below
-NOT_OPTIONS = {"source_fingerprint"}  # set by --if-changed, not by an option
+# set by --if-changed and by --layout tfds's resolution, not by an option
+NOT_OPTIONS = {"source_fingerprint", "tfds_root"}
 
 
 def test_every_option_is_a_config_field_and_back():
@@ -34,7 +35,9 @@ def test_parsed_options_reach_the_config_unchanged():
           "--exif-frame", "stored", "--verify-images", "--feature-names", "image/encoded=img",
           "--include-masks", "--max-side", "64", "--image-format", "png", "--jpeg-quality",
           "80", "--max-image-bytes", "1234", "--writer-processes", "2", "--overwrite",
-          "--shard-name-template", "{split}-{index}.tfrecord"]
+          "--shard-name-template", "{split}-{index}.tfrecord", "--classes", "a,b",
+          "--class-map", "a=c", "--classes-file", "names.txt", "--class-descriptions",
+          "d.csv", "--layout", "tfds", "--dataset-name", "ds", "--dataset-version", "2.0.1"]
   args, _ = cli.make_parser().parse_known_args(argv)
   config = cli._config(args)
   assert config.inputs == ["a.json", "val=b.json"] and config.images == ["imgs"]
@@ -44,6 +47,9 @@ def test_parsed_options_reach_the_config_unchanged():
   assert config.include_masks and config.overwrite and config.max_side == 64
   assert (config.jpeg_quality, config.max_image_bytes, config.writer_processes) == (80, 1234, 2)
   assert config.shard_name_template == "{split}-{index}.tfrecord"
+  assert (config.classes, config.class_map, config.classes_file, config.class_descriptions) == (
+      "a,b", "a=c", "names.txt", "d.csv")
+  assert (config.layout, config.dataset_name, config.dataset_version) == ("tfds", "ds", "2.0.1")
   strict, _ = cli.make_parser().parse_known_args(
       ["convert", "--input", "a", "--output", "o", "--strict"])
   assert cli._config(strict).max_error_rate == 0.0

@@ -259,6 +259,10 @@ EXAMPLES = {  # a realistic value per template parameter
     "images": "train=gs://demo-bucket/coco/train2017;val=gs://demo-bucket/coco/val2017",
     "output": "gs://demo-bucket/tfrecords/coco2017",
     "label_map": "gs://demo-bucket/label_map.pbtxt",
+    "layout": "tfds", "dataset_name": "my_boxes", "dataset_version": "1.2.0",
+    "classes": "person,car", "class_map": "cat=pet,dog=pet",
+    "classes_file": "gs://demo-bucket/model_data/voc_classes.txt",
+    "class_descriptions": "gs://demo-bucket/oid/class-descriptions-boxable.csv",
     "schema": "classification",
     "split": "train=0.8,val=0.1,test=0.1",
     "num_shards": "64",
@@ -323,7 +327,7 @@ def test_every_template_parameter_is_a_cli_option():
 def test_regexes_reject_bad_values():
   params = {p["name"]: p for p in json.load(open(os.path.join(DATAFLOW, "metadata.json")))
             ["parameters"]}
-  bad = {"format": "labelme", "output": "/local/dir", "input": "train=/local/x.json",
+  bad = {"format": "labelme2", "layout": "nested", "dataset_name": "My-Name", "output": "/local/dir", "input": "train=/local/x.json",
          "num_shards": "0", "shard_size_mb": "-5", "bbox_policy": "keep", "overwrite": "yes"}
   for name, value in bad.items():
     assert not all(re.fullmatch(r, value) for r in params[name]["regexes"]), (name, value)

@@ -158,7 +158,7 @@ def test_the_in_process_join_spills_partitions_and_keeps_file_order(tmp_path, mo
 
 
 def test_held_rows_by_partition_in_file_order_across_spills():
-  held = csv_source._HeldRows(partitions=4, buffer_bytes=2000)
+  held = csv_source.HeldRows(partitions=4, buffer_bytes=2000)
   names = [f"n{i % 9}.jpg" for i in range(200)]
   for line, name in enumerate(names, start=2):
     held.add(name, (None, name, line, 64, 48, "cat", (1.0, 2.0, 3.0, float(line))))

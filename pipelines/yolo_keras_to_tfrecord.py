@@ -1,0 +1,13 @@
+"""yolo-keras annotations to sharded TFRecords: `python -m pipelines.yolo_keras_to_tfrecord --input ... --output ...`."""
+import sys
+
+from beam_tfrecord.cli import main
+
+
+def run(argv=None) -> int:
+  argv = list(sys.argv[1:] if argv is None else argv)
+  return main(["convert", "--format", "yolo-keras", *argv])
+
+
+if __name__ == "__main__":
+  sys.exit(run())
