@@ -72,6 +72,8 @@ class ConvertConfig:
   dataset_name: Optional[str] = None      # --layout tfds
   dataset_version: str = "1.0.0"
   tfds_root: Optional[str] = None         # --layout tfds, once resolved: the OUT given
+  plan_from: Optional[str] = None         # an earlier output whose shard bounds to keep
+  incremental: bool = False               # re-encode only what changed since it
 
   def schema_option(self) -> str:
     return self.schema or schemas.DEFAULT
@@ -168,6 +170,12 @@ class ConvertConfig:
     if self.writer_processes < 0:
       raise ValueError("--writer-processes must be 0 (automatic) or more")
     self.class_selection()  # ValueError when --classes or --class-map is malformed
+    if (self.plan_from or self.incremental) and self.sink != "shards":
+      raise ValueError("--plan-from and --incremental need --sink shards")
+    if self.plan_from and paths.same_location(self.plan_from, self.output) and \
+        not self.incremental:
+      raise ValueError("--plan-from names --output itself: give --incremental --overwrite to "
+                       "update an output in place")
     if self.layout not in LAYOUTS:
       raise ValueError(f"--layout must be one of {', '.join(LAYOUTS)}")
     if self.layout == "tfds":

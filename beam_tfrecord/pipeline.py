@@ -15,6 +15,8 @@ from beam_tfrecord.finalize import fingerprint as fingerprints
 from beam_tfrecord.finalize import output as outputs
 from beam_tfrecord.finalize import tfds_layout
 from beam_tfrecord.finalize.transform import Finalize, count_keys
+from beam_tfrecord.plan import previous as previous_output
+from beam_tfrecord.plan.previous import Previous
 from beam_tfrecord.plan.shard_plan import overlap_warning
 from beam_tfrecord.plan.transform import PlanShards, SortRuns, shard_tasks
 from beam_tfrecord.prepare import label_map as label_maps
@@ -27,7 +29,8 @@ from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.sources import registry
 from beam_tfrecord.storage import files, paths
 from beam_tfrecord.write.shard_writer import merge_stats
-from beam_tfrecord.write.transform import WriteShards, WriteWithBeamSink
+from beam_tfrecord.write.transform import (Indexing, WriteShards,
+                                           WriteWithBeamSink)
 
 # Records that cross shuffles are encoded as tuples of their fields, not pickled (coders.py).
 coders.register(ImageAnnotation)
@@ -88,6 +91,29 @@ def work_directories(staging: str, run_id: str, spill: bool) -> Tuple[str, Optio
   return os.path.join(base, "runs"), os.path.join(base, "spill")  # made when written
 
 
+def earlier_output(config: ConvertConfig) -> Tuple[Optional[Previous], Optional[dict]]:
+  """(the earlier output, --incremental's {"previous", "reason"}) of --plan-from and
+  --incremental, read on the launcher (its manifest: O(splits x shards + classes)). The earlier
+  output is --plan-from's, else --incremental's --output when it has one; reason says why
+  every image is encoded again ('' when they are compared)."""
+  if not (config.plan_from or config.incremental):
+    return None, None
+  if config.plan_from:
+    previous = previous_output.load(config.plan_from, "--plan-from")
+  elif files.exists(paths.join(config.output, previous_output.MANIFEST)):
+    previous = previous_output.load(config.output, "--incremental")
+  else:
+    previous = None
+  if not config.incremental:
+    return previous, None
+  reason = ""
+  if previous is not None:
+    changed = previous_output.changed_settings(config, previous)
+    if changed:
+      reason = f"settings that shape records changed: {', '.join(changed)}"
+  return previous, {"previous": previous, "reason": reason}
+
+
 def build(root, config: ConvertConfig, argv: Sequence[str] = (),
           run_id: Optional[str] = None, local: Optional[bool] = None) -> beam.PCollection:
   """Wire the whole conversion onto `root` (a Pipeline). Returns the manifest PCollection.
@@ -145,24 +171,31 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
     finalize_if_changed = []
   # --- end of --if-changed
 
+  # --- --plan-from / --incremental: the earlier output's plan (and shards, to compare with)
+  previous, incremental = earlier_output(config)
+  indexing = Indexing(index=bool(config.plan_from or config.incremental),
+                      previous=previous if config.incremental else None,
+                      reuse=bool(incremental) and not incremental["reason"])
+  previous_plan = previous.splits if previous is not None else None
+
   template = config.shard_name_template
   if config.sink == "shards":
     count_records = schema.records_counter()
     packed_images = images | "Pack" >> beam.Map(
         lambda ann: packed.pack(ann, count_records(ann)))
     runs_dir, spill_dir = work_directories(staging, run_id, local)
-    sort_runs = SortRuns(runs_dir, spill_dir)
+    sort_runs = SortRuns(runs_dir, spill_dir, previous_plan)
     counts, sort_errors = packed_images | "SortRuns" >> sort_runs
     planned = counts | "Plan" >> PlanShards(
         config.num_shards, config.shard_size_mb, staging, config.records_per_shard, template,
-        sort_runs.span)
+        sort_runs.span, previous_plan)
     plan = beam.pvalue.AsSingleton(planned)
     processes, min_images = writer_processes(root, config)
     tasks = root | "Shards" >> beam.Create([None]) | "ShardTasks" >> beam.FlatMap(
         shard_tasks, plan, beam.pvalue.AsSingleton(unchanged))  # --if-changed: none
     stats, write_errors = tasks | "WriteShards" >> WriteShards(
         staging, runs_dir, label_map, plan, options, template, processes, min_images,
-        remote_images=remote, spread=not in_process(root))
+        remote_images=remote, spread=not in_process(root), indexing=indexing)
     write_errors = (sort_errors, write_errors) | "PlanAndWriteErrors" >> beam.Flatten()
     beam_files = root | "NoBeamFiles" >> beam.Create([])
   else:
@@ -207,7 +240,8 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   return (root
           | "Once" >> beam.Create([None])
           | "Finalize" >> beam.ParDo(
-              Finalize(config, argv, staging, run_id, declared_splits(fractions, source_splits)),
+              Finalize(config, argv, staging, run_id, declared_splits(fractions, source_splits),
+                       incremental),
               beam.pvalue.AsList(merged_stats),
               beam.pvalue.AsDict(error_counts), label_map,
               beam.pvalue.AsList(error_files), beam.pvalue.AsList(beam_files),

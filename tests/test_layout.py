@@ -30,6 +30,7 @@ BEAM_FREE = [
     "beam_tfrecord.prepare.splitting", "beam_tfrecord.prepare.label_map",
     "beam_tfrecord.prepare.class_selection",
     "beam_tfrecord.plan.shard_plan", "beam_tfrecord.plan.naming", "beam_tfrecord.plan.runs",
+    "beam_tfrecord.plan.previous", "beam_tfrecord.write.shard_index",
     "beam_tfrecord.write.shard_writer", "beam_tfrecord.write.encode",
     "beam_tfrecord.write.images", "beam_tfrecord.write.orientation", "beam_tfrecord.write.masks",
     "beam_tfrecord.schemas", "beam_tfrecord.schemas.od_api", "beam_tfrecord.schemas.classification",

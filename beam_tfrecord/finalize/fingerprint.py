@@ -34,7 +34,11 @@ Pattern = Tuple[str, str]
 
 # ConvertConfig fields that do not change what a conversion writes: left out of the fingerprint
 # (every other field, present or added later, is in it).
-NOT_SETTINGS = ("output", "overwrite", "source_fingerprint", "writer_processes")
+# Settings that leave the bytes of an output unchanged. --plan-from and --incremental keep the
+# earlier output's plan: with unchanged sources their output is that output (the cron wrapper
+# adds them from its second version on, and must still skip an unchanged source).
+NOT_SETTINGS = ("output", "overwrite", "source_fingerprint", "writer_processes", "plan_from",
+                "incremental", "tfds_root")
 VERSION = 2
 _MODULUS = 1 << 256
 

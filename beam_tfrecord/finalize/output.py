@@ -241,6 +241,39 @@ def _delete_files(directory: str, names: Iterable[str]) -> None:
     FileSystems.delete(present)
 
 
+def share_file(src: str, directory: str, name: str) -> None:
+  """An earlier output's file (--incremental: an unchanged shard or its index) put into
+  `directory` as `name` without reading it: a hard link locally (a copy across file systems),
+  a server-side copy on object stores (gs:// rewrites, never a download). Idempotent."""
+  dst = paths.child(directory, name)  # checked where it is written
+  if paths.is_remote(dst):
+    from apache_beam.io.filesystems import FileSystems
+    FileSystems.copy([src], [dst])
+    return
+  import errno
+  import shutil
+  try:
+    os.link(src, dst)
+  except FileExistsError:
+    if not os.path.samefile(src, dst):
+      os.replace(_linked_copy(src, dst), dst)
+  except OSError as e:
+    if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+      raise
+    tmp = dst + ".copy"
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def _linked_copy(src: str, dst: str) -> str:
+  """A hard link to `src` beside `dst`, under a temporary name."""
+  tmp = f"{dst}.link-{os.getpid()}"
+  if os.path.lexists(tmp):
+    os.remove(tmp)
+  os.link(src, tmp)
+  return tmp
+
+
 def commit(output: str, run_directory: str, manifest: Dict,
            protected: Iterable[str] = ()) -> None:
   """Replace the output's previous files with the run's (journaled, see the module doc).
@@ -341,6 +374,17 @@ def summary(manifest: Dict, output: str, seconds: Optional[float] = None) -> str
                f"{totals['clipped_boxes']}, errors {errors['count'] - warnings}"
                + (f", warnings {warnings}" if warnings else "")
                + (f", {seconds:.1f} s" if seconds is not None else ""))
+  incremental = manifest.get("incremental")
+  if incremental:
+    shards = incremental["shards"]
+    if incremental["mode"] == "incremental":
+      images = incremental["images"]
+      lines.append(f"  incremental: images {images['added']:,} added, {images['changed']:,} "
+                   f"changed, {images['removed']:,} removed, {images['kept']:,} kept; shards "
+                   f"{shards['rewritten']:,} of {shards['total']:,} rewritten, "
+                   f"{shards['kept']:,} kept")
+    else:
+      lines.append(f"  incremental: every image encoded ({incremental['reason']})")
   excluded = manifest.get("excluded_classes")
   if excluded:
     top = sorted(excluded.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -6,7 +6,7 @@ import dataclasses
 import datetime
 import json
 import posixpath
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -17,11 +17,12 @@ from beam_tfrecord.config import ConvertConfig, input_paths
 from beam_tfrecord.finalize import card
 from beam_tfrecord.finalize import fingerprint as fingerprints
 from beam_tfrecord.finalize import lock as locks
-from beam_tfrecord.finalize import tfds_layout
 from beam_tfrecord.finalize import output as outputs
+from beam_tfrecord.finalize import tfds_layout
 from beam_tfrecord.finalize.manifest import (empty_splits, error_rate,
                                              lost_records, outcome_of,
                                              split_entries)
+from beam_tfrecord.plan.previous import plan_record
 from beam_tfrecord.prepare import label_map as label_maps
 from beam_tfrecord.prepare.select import EXCLUDED_PREFIX
 from beam_tfrecord.records.model import ErrorRecord
@@ -37,10 +38,13 @@ class Finalize(beam.DoFn):
   run then replaces the output (output.commit), a failed one stays there as its report."""
 
   def __init__(self, config: ConvertConfig, argv: Sequence[str], run_directory: str,
-               run_id: str, declared: Sequence[str] = ()):
+               run_id: str, declared: Sequence[str] = (),
+               incremental: Optional[Dict] = None):
     self.config, self.argv = config, list(argv)
     self.run_directory, self.run_id = run_directory, run_id
     self.declared = sorted(declared)  # splits that must not end empty (source, --split)
+    # --incremental: {"previous": Previous or None, "reason": why not (launch-time), ''}
+    self.incremental = incremental
 
   def process(self, _, stats, error_counts, label_map, error_files, beam_files, plan,
               if_changed=None):
@@ -55,6 +59,7 @@ class Finalize(beam.DoFn):
     if not FileSystems.exists(run_directory) and not paths.is_remote(run_directory):
       FileSystems.mkdirs(run_directory)  # nothing was written: no image, no error
     outputs.remove_work(run_directory, self.run_id)  # the shards are written: stats say so
+    _share_kept(run_directory, stats)
     _name_shards(run_directory, stats)
     outputs.write_atomic(run_directory, LABEL_MAP,
                          label_maps.to_text(label_map).encode())
@@ -98,6 +103,10 @@ class Finalize(beam.DoFn):
                                                          source_fingerprint=fingerprint)),
         "features": schema.manifest_features(),
         "label_map": dict(sorted(label_map.items(), key=lambda kv: kv[1])),
+        # where each shard begins: what --plan-from and --incremental read (plan/previous.py)
+        **({"shard_plan": plan_record(plan, stats)} if self.config.sink == "shards" else {}),
+        **({"incremental": incremental_summary(self.incremental, plan, stats, label_map)}
+           if self.incremental is not None else {}),
         # --classes/--class-map: objects (or image labels) dropped, per source class
         **({"excluded_classes": excluded} if self.config.class_selection() else {}),
         "splits": splits,
@@ -132,6 +141,46 @@ class Finalize(beam.DoFn):
         self.config.output, if_changed["created"], if_changed["current"]))
     return {"outcome": "unchanged", "run_id": self.run_id,
             "source_fingerprint": if_changed["current"], "created": if_changed["created"]}
+
+
+def _share_kept(run_directory: str, stats: Sequence[Dict]) -> None:
+  """--incremental: the shards kept as they were (and their indexes) linked, or copied server
+  side, from the earlier output into the run directory under their names."""
+  for s in stats:
+    if s.get("kept_from"):
+      outputs.share_file(s["kept_from"], run_directory, s["path"])
+      outputs.share_file(s["kept_index"], run_directory, s["index"])
+
+
+def incremental_summary(incremental: Dict, plan, stats: Sequence[Dict],
+                        label_map: Dict[str, int]) -> Dict:
+  """The manifest's `incremental`: what the run did with the earlier output. mode
+  'incremental' (shards compared, unchanged ones kept) or 'full' with the reason."""
+  previous = incremental.get("previous")
+  reason = incremental.get("reason") or ""
+  if not reason and previous is None:
+    reason = "no earlier output"
+  if not reason and plan.fallback:
+    reason = plan.fallback
+  if not reason and label_map != previous.label_map:
+    reason = "the label map changed"
+  if not reason and not any(any(i) for i in previous.indexes.values()):
+    reason = "the earlier output has no shard indexes"
+  shards = [s for s in stats if s.get("shard") is not None]
+  images = {k: sum(s.get(k, 0) for s in shards) for k in ("added", "changed", "removed")}
+  images["kept"] = sum(s.get("unchanged", 0) for s in shards)
+  if previous is not None and not reason:
+    for split in {s["split"] for s in shards} - set(plan.previous):  # splits it did not have
+      images["added"] += sum(s["images"] + s["rejected"] for s in shards if s["split"] == split)
+    images["removed"] += sum(n for split, n in previous.images.items()
+                             if split not in plan.splits)
+  kept = sum(1 for s in shards if s.get("kept_from"))
+  summary = {"previous": previous.directory if previous is not None else None,
+             "mode": "full" if reason else "incremental", "reason": reason,
+             "images": images if not reason else None,
+             "shards": {"total": len(shards), "rewritten": len(shards) - kept, "kept": kept},
+             "reused_images": sum(s.get("reused", 0) for s in shards)}
+  return summary
 
 
 def _write_tfds_metadata(run_directory: str, config: ConvertConfig, splits: Dict,

@@ -59,6 +59,48 @@ def shard_lengths(count: int, num_shards: int) -> List[int]:
           for i in range(num_shards)]
 
 
+# --plan-from, --incremental: an earlier output's shard boundaries, kept across dataset
+# versions so that an image keeps its shard. A bound is the place in the shard order (hash,
+# key, uri) where a shard begins: shard i (i >= 1) holds the images from bound i - 1 of the
+# split's bounds up to (not including) bound i. A split's bounds are O(shards).
+Bound = Tuple[int, str, str]
+# the plan's accumulator keeps, beside each (split, partition)'s counts, under the partition
+# -(i + 1) the counts of bound i's partition that sort before bound i
+BOUND_KEY_BASE = -1
+
+
+def bound_of(entry: packed.Packed) -> Bound:
+  return (entry[packed.HASH], entry[packed.KEY], entry[packed.URI])
+
+
+def bound_key(i: int) -> int:
+  return BOUND_KEY_BASE - i
+
+
+def counts_below_bounds(split: str, entries: Sequence[packed.Packed],
+                        bounds: Sequence[Bound]) -> Dict[Tuple[str, int], List[int]]:
+  """{(split, bound_key(i)): [images, records, bytes]} of the entries (one run's images of one
+  split, in shard order) in bound i's partition that sort before bound i, for the bounds whose
+  partitions the entries cover. Partitions the entries do not reach count nothing (0)."""
+  if not entries or not bounds:
+    return {}
+  keys = [bound_of(e) for e in entries]
+  parts = [partition_of(e[packed.HASH]) for e in entries]
+  first, last = parts[0], parts[-1]
+  out: Dict[Tuple[str, int], List[int]] = {}
+  for i, bound in enumerate(bounds):
+    p = partition_of(bound[0])
+    if p < first or p > last:
+      continue
+    lo = bisect.bisect_left(parts, p)
+    hi = bisect.bisect_left(keys, bound, lo, bisect.bisect_right(parts, p))
+    if hi > lo:
+      below = entries[lo:hi]
+      out[(split, bound_key(i))] = [len(below), sum(e[packed.RECORDS] for e in below),
+                                    sum(e[packed.SIZE] for e in below)]
+  return out
+
+
 # (images, records, image bytes) of one split in one partition
 Counts = Tuple[int, int, int]
 
@@ -85,6 +127,7 @@ class SplitPlan:
   partitions: Tuple[int, ...] = ()
   records: Tuple[int, ...] = ()
   span: int = 1  # partitions per run file
+  bounds: Tuple[Bound, ...] = ()  # --plan-from: where shards 1.. begin (else: not known yet)
 
   def shard_range(self, shard: int) -> Tuple[int, int]:
     """[lo, hi) of the positions shard `shard` holds (the last: every position to the end,
@@ -115,13 +158,20 @@ class SplitPlan:
 
 def plan_split(split: str, counts: Mapping[int, Counts], num_shards: Optional[int],
                shard_size_mb: Optional[float],
-               records_per_shard: Optional[int] = None, span: int = 1) -> SplitPlan:
+               records_per_shard: Optional[int] = None, span: int = 1,
+               bounds: Optional[Sequence[Bound]] = None,
+               below: Optional[Mapping[int, Counts]] = None) -> SplitPlan:
   """Cut one split, given each partition's (images, records, bytes), into shards.
+
+  With `bounds` (an earlier plan's, --plan-from), shard i begins at bound i - 1: its start is
+  the position of its bound's partition plus the images (records) there before the bound
+  (`below`, by bound index); shards may then be empty.
 
   By --num-shards / --shard-size-mb: by rank, shard sizes differ by at most one image.
   By records_per_shard: every N records of the order begin a shard; an image goes with its
   first record, so with one record per image every file but the last holds exactly N.
   """
+  below = below or {}
   count = sum(c[0] for c in counts.values())
   total_records = sum(c[1] for c in counts.values())
   total_bytes = sum(c[2] for c in counts.values())
@@ -129,7 +179,12 @@ def plan_split(split: str, counts: Mapping[int, Counts], num_shards: Optional[in
   offsets = [0] * (PARTITIONS + 1)
   for p in range(PARTITIONS):
     offsets[p + 1] = offsets[p] + counts.get(p, (0, 0, 0))[unit]
-  if records_per_shard:
+  if bounds is not None:  # an earlier plan's boundaries: each starts where its image would be
+    n = len(bounds) + 1
+    starts = (0,) + tuple(offsets[partition_of(b[0])] + below.get(i, (0, 0, 0))[unit]
+                          for i, b in enumerate(bounds))
+    records = ()
+  elif records_per_shard:
     # images of no record (per-object schemas) still need a shard to be accounted for
     n = max(1, math.ceil(total_records / records_per_shard)) if count else 0
     starts = tuple(i * records_per_shard for i in range(n))
@@ -143,7 +198,7 @@ def plan_split(split: str, counts: Mapping[int, Counts], num_shards: Optional[in
                    total_records=total_records, by_records=bool(records_per_shard),
                    offsets=tuple(offsets), starts=starts,
                    partitions=tuple(sorted(p for p, c in counts.items() if c[0])),
-                   records=records, span=span)
+                   records=records, span=span, bounds=tuple(bounds or ()))
 
 
 def counts_of(images: Iterable[Tuple[str, int, int]]) -> Dict[int, Counts]:
@@ -160,8 +215,12 @@ def counts_of(images: Iterable[Tuple[str, int, int]]) -> Dict[int, Counts]:
 
 @dataclasses.dataclass(frozen=True)
 class ShardPlan:
-  """The plan of a whole run: a SplitPlan per split (splits with no image have none)."""
+  """The plan of a whole run: a SplitPlan per split (splits with no image have none).
+  previous: the earlier plan its splits kept (--plan-from), by split; fallback: why the
+  earlier plan was not kept ('' when it was, or there was none)."""
   splits: Dict[str, SplitPlan]
+  previous: Dict[str, PreviousSplit] = dataclasses.field(default_factory=dict)
+  fallback: str = ""
 
   def tasks(self) -> List[Tuple[str, int]]:
     return [(split, shard) for split, plan in sorted(self.splits.items())
@@ -178,14 +237,64 @@ def add_counts(acc: PlanCounts, key: Tuple[str, int], counts: Sequence[int]) -> 
   return acc
 
 
+@dataclasses.dataclass(frozen=True)
+class PreviousSplit:
+  """One split of an earlier output's plan (its manifest's `shard_plan`): where its shards
+  begin, and the sizes (positions) its shards had when that plan was first made."""
+  bounds: Tuple[Bound, ...]
+  planned: Tuple[int, ...]
+
+
+# a shard that would hold more than this times its planned size makes the plan afresh
+REBALANCE_FACTOR = 2
+
+
 def make_plan(counts: PlanCounts, num_shards: Optional[int], shard_size_mb: Optional[float],
-              records_per_shard: Optional[int] = None, span: int = 1) -> ShardPlan:
+              records_per_shard: Optional[int] = None, span: int = 1,
+              previous: Optional[Mapping[str, PreviousSplit]] = None) -> ShardPlan:
+  """The run's plan from its counts. With `previous` (--plan-from), a split the earlier plan
+  has keeps its bounds; if that would make any shard more than REBALANCE_FACTOR times its
+  planned size, every split is planned afresh and `fallback` says why."""
   by_split: Dict[str, Dict[int, Counts]] = {}
+  below: Dict[str, Dict[int, Counts]] = {}
   for (split, p), c in counts.items():
-    by_split.setdefault(split, {})[p] = tuple(c)
-  return ShardPlan(splits={
-      split: plan_split(split, parts, num_shards, shard_size_mb, records_per_shard, span)
-      for split, parts in sorted(by_split.items()) if any(c[0] for c in parts.values())})
+    if p <= BOUND_KEY_BASE:
+      below.setdefault(split, {})[BOUND_KEY_BASE - p] = tuple(c)
+    else:
+      by_split.setdefault(split, {})[p] = tuple(c)
+  fresh = {split: plan_split(split, parts, num_shards, shard_size_mb, records_per_shard, span)
+           for split, parts in sorted(by_split.items()) if any(c[0] for c in parts.values())}
+  if not previous:
+    return ShardPlan(splits=fresh)
+  kept: Dict[str, SplitPlan] = {}
+  for split, plan in fresh.items():
+    before = previous.get(split)
+    if before is None:
+      kept[split] = plan
+      continue
+    kept[split] = plan_split(split, by_split[split], None, None, records_per_shard, span,
+                             bounds=before.bounds, below=below.get(split, {}))
+    grown = grown_shard(kept[split], before.planned)
+    if grown:
+      return ShardPlan(splits=fresh, fallback=f"split {split!r}: {grown}; the shards are "
+                       "planned afresh (a rebalance)")
+  return ShardPlan(splits=kept, previous=dict(previous))
+
+
+def sizes_of(plan: SplitPlan) -> List[int]:
+  """Positions (images, or records) each shard of a plan holds."""
+  end = plan.offsets[-1]
+  return [(plan.starts[i + 1] if i + 1 < plan.num_shards else end) - plan.starts[i]
+          for i in range(plan.num_shards)]
+
+
+def grown_shard(plan: SplitPlan, planned: Sequence[int]) -> str:
+  """'' or what says that a shard outgrew REBALANCE_FACTOR times its planned size."""
+  unit = "records" if plan.by_records else "images"
+  for i, (now, then) in enumerate(zip(sizes_of(plan), planned)):
+    if now > REBALANCE_FACTOR * max(then, 1):
+      return f"shard {i} would hold {now} {unit}, planned for {then}"
+  return ""
 
 
 def order_key(entry: packed.Packed) -> Tuple:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import marshal
 import os
 import uuid
-from typing import Iterable, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
@@ -52,8 +52,10 @@ class _SortRuns(beam.DoFn):
   sorted, one per file and split (shard_plan.sort_partition), written as one run per split
   into `directory`. Memory: `span` partitions."""
 
-  def __init__(self, directory: str, from_files: bool):
+  def __init__(self, directory: str, from_files: bool,
+               bounds: Optional[Dict[str, Tuple[shard_plan.Bound, ...]]] = None):
     self.directory, self.from_files = directory, from_files
+    self.bounds = bounds or {}  # --plan-from: the earlier plan's bounds, by split
 
   def process(self, element):
     run, items = element
@@ -71,6 +73,8 @@ class _SortRuns(beam.DoFn):
         shard_plan.add_counts(counts, (split, shard_plan.partition_of(e[packed.HASH])),
                               (1, e[packed.RECORDS], e[packed.SIZE]))
       yield from counts.items()
+      if split in self.bounds:
+        yield from shard_plan.counts_below_bounds(split, unique, self.bounds[split]).items()
     for error in errors:
       yield beam.pvalue.TaggedOutput("errors", error)
     if self.from_files:  # read and sorted: the spill is not needed again
@@ -88,13 +92,17 @@ class SortRuns(beam.PTransform):
   are gathered through files there, which keeps a local run's memory flat (the in-process
   runner holds a grouped PCollection whole); otherwise by a GroupByKey, the runner's shuffle.
   Largest element: one partition, about N / 1024 images; with the spill, a run file holds
-  shard_plan.LOCAL_RUN_SPAN partitions (N / 64: local runs only).
+  shard_plan.LOCAL_RUN_SPAN partitions (N / 64: local runs only). With `previous` (an earlier
+  plan, --plan-from), the counts also say, for each of its bounds, how many images of the
+  bound's partition sort before it (O(shards) more counts).
   """
 
-  def __init__(self, directory: str, spill_directory: Optional[str] = None):
+  def __init__(self, directory: str, spill_directory: Optional[str] = None,
+               previous: Optional[Dict[str, shard_plan.PreviousSplit]] = None):
     super().__init__()
     self.directory, self.spill_directory = directory, spill_directory
     self.span = shard_plan.LOCAL_RUN_SPAN if spill_directory else 1
+    self.bounds = {split: p.bounds for split, p in (previous or {}).items()}
 
   def expand(self, images):
     if self.spill_directory:
@@ -107,7 +115,7 @@ class SortRuns(beam.PTransform):
                      lambda p: (shard_plan.partition_of(p[packed.HASH]), p))
                  | "GroupByPartition" >> beam.GroupByKey())
     sorted_ = grouped | "Sort" >> beam.ParDo(
-        _SortRuns(self.directory, bool(self.spill_directory))).with_outputs(
+        _SortRuns(self.directory, bool(self.spill_directory), self.bounds)).with_outputs(
             "errors", main="counts")
     return sorted_.counts, sorted_.errors
 
@@ -117,9 +125,11 @@ class _PlanFn(beam.CombineFn):
   is O(splits x partitions)."""
 
   def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float],
-               records_per_shard: Optional[int] = None, span: int = 1):
+               records_per_shard: Optional[int] = None, span: int = 1,
+               previous: Optional[Dict[str, shard_plan.PreviousSplit]] = None):
     self.num_shards, self.shard_size_mb = num_shards, shard_size_mb
     self.records_per_shard, self.span = records_per_shard, span
+    self.previous = previous
 
   def create_accumulator(self) -> shard_plan.PlanCounts:
     return {}
@@ -137,7 +147,7 @@ class _PlanFn(beam.CombineFn):
 
   def extract_output(self, acc) -> shard_plan.ShardPlan:
     return shard_plan.make_plan(acc, self.num_shards, self.shard_size_mb, self.records_per_shard,
-                                self.span)
+                                self.span, self.previous)
 
 
 class PlanShards(beam.PTransform):
@@ -152,9 +162,10 @@ class PlanShards(beam.PTransform):
 
   def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float], staging: str,
                records_per_shard: Optional[int] = None,
-               template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE, span: int = 1):
+               template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE, span: int = 1,
+               previous: Optional[Dict[str, shard_plan.PreviousSplit]] = None):
     super().__init__()
-    self.combine = _PlanFn(num_shards, shard_size_mb, records_per_shard, span)
+    self.combine = _PlanFn(num_shards, shard_size_mb, records_per_shard, span, previous)
     self.staging, self.template = staging, template
 
   def expand(self, counts):

@@ -141,6 +141,13 @@ def under(path: str, root: Optional[str]) -> bool:
   return path == root or path.startswith(root + "/")
 
 
+def same_location(a: str, b: str) -> bool:
+  """Whether two directory paths name the same place (local: their real paths)."""
+  if is_remote(a) or is_remote(b):
+    return a.rstrip("/") == b.rstrip("/")
+  return os.path.realpath(a) == os.path.realpath(b)
+
+
 def inside(real: str, real_root: str) -> bool:
   """Whether the real path `real` is `real_root` or lies below it (both realpaths)."""
   return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)

@@ -10,6 +10,7 @@ duplicates nor gaps.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterable, Optional
 
 import apache_beam as beam
@@ -20,6 +21,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_tfrecord.finalize.output import kill_point
 from beam_tfrecord.plan import naming, runs
+from beam_tfrecord.plan.previous import Previous
 from beam_tfrecord.plan.shard_plan import ShardPlan
 from beam_tfrecord.records.model import ImageAnnotation
 from beam_tfrecord.storage import paths
@@ -46,6 +48,17 @@ def release_freed_memory() -> None:
     pass
 
 
+@dataclasses.dataclass(frozen=True)
+class Indexing:
+  """--plan-from / --incremental: write each shard's index (`index`); compare each shard with
+  the earlier output's (`previous`, for the splits whose plan it kept) and copy unchanged
+  images' records from it (`reuse`: the settings that shape records are the same, and so is
+  the label map, checked here once it is known)."""
+  index: bool = False
+  previous: Optional[Previous] = None
+  reuse: bool = False
+
+
 class _WriteShard(beam.DoFn):
   """(split, shard) -> shard stats; errors to the 'errors' output.
 
@@ -56,8 +69,10 @@ class _WriteShard(beam.DoFn):
 
   def __init__(self, staging: str, runs_directory: str, options: EncodeOptions,
                template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE, processes: int = 1,
-               min_images: int = 0, remote_images: bool = False):
+               min_images: int = 0, remote_images: bool = False,
+               indexing: Indexing = Indexing()):
     self.staging, self.runs = staging, runs_directory
+    self.indexing = indexing
     self.remote_images = remote_images
     self.options = options
     self.template = template
@@ -83,7 +98,11 @@ class _WriteShard(beam.DoFn):
     task = ShardTask(self.staging, split, shard, split_plan.num_shards,
                      runs.shard_runs(self.runs, split, split_plan.runs_of(shard)), lo, hi,
                      split_plan.by_records, dict(label_map), self.options, self.template,
-                     remote_images=self.remote_images)
+                     remote_images=self.remote_images, index=self.indexing.index)
+    previous = self.indexing.previous
+    if previous is not None and split in plan.previous:  # the plan kept the earlier bounds
+      task.previous = previous.shard(split, shard)
+      task.reuse = self.indexing.reuse and dict(label_map) == previous.label_map
     local = not paths.is_remote(self.staging) and not self.remote_images
     if not self._decided:  # once per bundle, from the whole plan
       self._decided = True
@@ -143,13 +162,17 @@ class WriteShards(beam.PTransform):
   workers first (a Reshuffle) unless the runner is the in-process one (`processes` > 1 or
   `spread` False), which hands them to writer processes instead.
   A stats entry's `path` is the name from `template`, `staged` the staging name if different.
+  With `indexing` (--plan-from, --incremental) each shard also gets its index
+  (write/shard_index.py) and may be kept from the earlier output (stats `kept_from`: the
+  finalize step links it) or rewritten copying unchanged images' records.
   """
 
   def __init__(self, staging: str, runs_directory: str, label_map, plan,
                options: EncodeOptions, template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE,
                processes: int = 1, min_images: int = 0, remote_images: bool = False,
-               spread: bool = True):
+               spread: bool = True, indexing: Indexing = Indexing()):
     super().__init__()
+    self.indexing = indexing
     self.staging, self.runs = staging, runs_directory
     self.label_map, self.plan = label_map, plan
     self.options = options
@@ -167,7 +190,7 @@ class WriteShards(beam.PTransform):
     written = (tasks
                | "Write" >> beam.ParDo(_WriteShard(
                    self.staging, self.runs, self.options, self.template, self.processes,
-                   self.min_images, self.remote_images),
+                   self.min_images, self.remote_images, self.indexing),
                                        self.label_map, self.plan).with_outputs(
                                            "errors", main="stats"))
     return written.stats, written.errors

@@ -4,17 +4,21 @@
 # and moves DEST/LATEST (a symlink) to it only after the conversion succeeded and
 # `beam-tfrecord verify` passed. Runs never overlap (flock on DEST/.lock: a second one logs
 # "already running" and exits 0). Unchanged sources are skipped (`convert --if-changed`, against
-# the fingerprint in LATEST's manifest). Only the last K versions are kept (never LATEST's).
+# the fingerprint in LATEST's manifest). Each version is converted incrementally from LATEST
+# (`convert --incremental --plan-from LATEST`): only changed images are encoded again, and
+# the shards they do not touch are hard links to LATEST's, so versions share them on disk.
+# Only the last K versions are kept (never LATEST's).
 # A run in progress writes to DEST/versions/.inprogress-VERSION, so a killed or failed run
 # leaves nothing that looks finished, and LATEST is untouched; the next run removes it.
 #
-#   beam-tfrecord-cron.sh --dest DIR [--keep K] [--log FILE] [--force] -- CONVERT-OPTIONS...
+#   beam-tfrecord-cron.sh --dest DIR [--keep K] [--log FILE] [--force] [--full] -- CONVERT-OPTIONS...
 #
 #   CONVERT-OPTIONS  everything `beam-tfrecord convert` takes except --output (and --overwrite),
 #                    Beam options included, e.g. --format coco --input train=/data/train.json ...
 #   --keep K         versions to keep (default 5)
 #   --log FILE       append the log here (default DEST/logs/cron.log)
 #   --force          convert even if the sources are unchanged
+#   --full           encode every image (no --incremental; the shards are planned afresh)
 # Exit status: 0 converted, skipped (unchanged) or already running; else the failing step's
 # status (convert's, or 1 for verify and setup errors), LATEST unchanged.
 # Environment: BEAM_TFRECORD, the command to run (default: `beam-tfrecord` on PATH, else this
@@ -23,7 +27,7 @@ set -uo pipefail
 
 usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "$0" | sed '/^set /d' >&2; exit 2; }
 
-DEST="" KEEP=5 LOG="" FORCE=0
+DEST="" KEEP=5 LOG="" FORCE=0 FULL=0
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --dest) DEST="$2"; shift 2 ;;
@@ -33,6 +37,7 @@ while [ "$#" -gt 0 ]; do
     --log) LOG="$2"; shift 2 ;;
     --log=*) LOG="${1#*=}"; shift ;;
     --force) FORCE=1; shift ;;
+    --full) FULL=1; shift ;;
     --) shift; break ;;
     -h|--help) usage ;;
     *) echo "beam-tfrecord-cron: unknown option $1 (convert options go after --)" >&2; exit 2 ;;
@@ -41,7 +46,7 @@ done
 [ -n "$DEST" ] && [ "$#" -gt 0 ] || usage
 case "$KEEP" in ''|*[!0-9]*|0) echo "beam-tfrecord-cron: --keep must be a positive number" >&2; exit 2 ;; esac
 for arg in "$@"; do
-  case "$arg" in --output|--output=*|--overwrite)
+  case "$arg" in --output|--output=*|--overwrite|--plan-from|--plan-from=*|--incremental)
     echo "beam-tfrecord-cron: $arg is set by the wrapper" >&2; exit 2 ;; esac
 done
 
@@ -129,8 +134,15 @@ if [ "$FORCE" = 0 ]; then
   [ -n "$LATEST_DIR" ] && cp -p "$LATEST_DIR/manifest.json" "$WORK/manifest.json"
 fi
 
-log "run $VERSION: ${TOOL[*]} convert $* ${IF_CHANGED[*]} --output $WORK"
-run "${TOOL[@]}" convert "$@" "${IF_CHANGED[@]}" --output "$WORK"
+INCREMENTAL=()
+if [ "$FULL" = 0 ]; then
+  # the first version is a full run that writes the shard indexes the next ones compare with
+  INCREMENTAL=(--incremental)
+  [ -n "$LATEST_DIR" ] && INCREMENTAL+=(--plan-from "$LATEST_DIR")
+fi
+
+log "run $VERSION: ${TOOL[*]} convert $* ${IF_CHANGED[*]} ${INCREMENTAL[*]} --output $WORK"
+run "${TOOL[@]}" convert "$@" "${IF_CHANGED[@]}" "${INCREMENTAL[@]}" --output "$WORK"
 status=$?
 if [ "$status" -ne 0 ]; then
   log "run $VERSION: convert failed with status $status; LATEST unchanged"

@@ -37,7 +37,8 @@ def test_parsed_options_reach_the_config_unchanged():
           "80", "--max-image-bytes", "1234", "--writer-processes", "2", "--overwrite",
           "--shard-name-template", "{split}-{index}.tfrecord", "--classes", "a,b",
           "--class-map", "a=c", "--classes-file", "names.txt", "--class-descriptions",
-          "d.csv", "--layout", "tfds", "--dataset-name", "ds", "--dataset-version", "2.0.1"]
+          "d.csv", "--layout", "tfds", "--dataset-name", "ds", "--dataset-version", "2.0.1",
+          "--plan-from", "earlier", "--incremental"]
   args, _ = cli.make_parser().parse_known_args(argv)
   config = cli._config(args)
   assert config.inputs == ["a.json", "val=b.json"] and config.images == ["imgs"]
@@ -50,6 +51,7 @@ def test_parsed_options_reach_the_config_unchanged():
   assert (config.classes, config.class_map, config.classes_file, config.class_descriptions) == (
       "a,b", "a=c", "names.txt", "d.csv")
   assert (config.layout, config.dataset_name, config.dataset_version) == ("tfds", "ds", "2.0.1")
+  assert config.plan_from == "earlier" and config.incremental
   strict, _ = cli.make_parser().parse_known_args(
       ["convert", "--input", "a", "--output", "o", "--strict"])
   assert cli._config(strict).max_error_rate == 0.0

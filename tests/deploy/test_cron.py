@@ -78,7 +78,9 @@ def test_versions_skips_kills_and_failures(setup):
   """One history, in order: publish, skip, a killed run, a new version replacing the old
   (--keep 1), a failing run."""
   data, dest, env, args, reading = setup
-  args = [a if a != "2" else "1" for a in args]  # --keep 1
+  # --keep 1; --full: a changed source is read again whole (incremental runs read only what
+  # changed, test_versions_share_unchanged_shards), so the kill below finds it reading
+  args = ["--full"] + [a if a != "2" else "1" for a in args]
   code, err = wrapper(env, args)
   assert code == 0, err + (dest / "logs" / "cron.log").read_text()
   first = versions(dest)
@@ -189,3 +191,45 @@ def test_an_edited_manifest_or_latest_deletes_nothing_outside(setup, tmp_path):
   assert code == 1 and "LATEST points to ../elsewhere" in err, err
   assert versions(dest) == published and os.readlink(dest / "LATEST") == "../elsewhere"
   assert all(v.exists() for v in victims) and sorted(os.listdir(elsewhere)) == ["manifest.json"]
+
+
+def test_versions_share_unchanged_shards(setup):
+  """Incremental by default: the second version encodes only the changed image; the split it
+  does not touch is LATEST's file itself (a hard link), and the version equals a --full one."""
+  data, dest, env, args, reading = setup
+  code, err = wrapper(env, args)
+  assert code == 0, err
+  first = dest / "versions" / versions(dest)[0]
+  manifest = json.loads((first / "manifest.json").read_text())
+  assert manifest["incremental"]["reason"] == "no earlier output"
+  # one training image drawn again: train's shard is rewritten, val's kept
+  rows = (data / "train_labels.csv").read_text().splitlines()[1:]
+  name = next(r.split(",")[0] for r in rows if r.split(",")[3])
+  image = data / "images" / name
+  from PIL import Image
+  with Image.open(image) as im:
+    im.load()
+    kind = im.format
+    im.rotate(180).save(image, format=kind)
+  code, err = wrapper(env, args)
+  assert code == 0, err
+  second = dest / "LATEST"
+  assert second.resolve() != first.resolve()
+  summary = json.loads((second / "manifest.json").read_text())["incremental"]
+  assert summary["mode"] == "incremental" and summary["images"]["changed"] == 1
+  assert summary["shards"] == {"total": 2, "rewritten": 1, "kept": 1}
+  val = "val-00000-of-00001.tfrecord"
+  train = "train-00000-of-00001.tfrecord"
+  assert os.stat(second / val).st_ino == os.stat(first / val).st_ino
+  assert os.stat(second / train).st_ino != os.stat(first / train).st_ino
+  assert "--incremental --plan-from" in (dest / "logs" / "cron.log").read_text()
+  # nothing changed since: skipped, although --plan-from now names the version before
+  code, err = wrapper(env, args)
+  assert code == 0 and "skipped" in err, err
+  # the same sources converted in full give the same files
+  code, err = wrapper(env, ["--full", "--force", *args])
+  assert code == 0, err
+  full = dest / "LATEST"
+  names = sorted(p.name for p in full.iterdir() if p.name.endswith(".tfrecord"))
+  assert names == [train, val]
+  assert all((full / n).read_bytes() == (second / n).read_bytes() for n in names)

@@ -13,6 +13,8 @@ entry point <repo>/pipelines/<format>_to_tfrecord.py (BEAM_TFRECORD_REPO overrid
 Everything a run converts comes from DAG params (trigger with a conf to override them);
 `if_changed` (default true) skips a run whose sources are unchanged since the last successful
 one in the same output directory, and a skipped run still verifies the output it kept.
+`incremental` (default true) updates that output in place (--incremental --overwrite): only
+changed images are encoded again and untouched shards are kept as they are.
 """
 from __future__ import annotations
 
@@ -39,8 +41,9 @@ PROJECT = os.environ.get("GCP_PROJECT")  # None: the project of the google_cloud
 SERVICE_ACCOUNT = os.environ.get("BEAM_TFRECORD_SERVICE_ACCOUNT")  # None: Compute Engine default
 
 COMMON_PARAMS = {
-    "format": Param("coco", enum=["coco", "voc", "csv", "yolo", "folders"],
-                    description="annotation format (pipelines/FORMAT_to_tfrecord.py)"),
+    "format": Param("coco", enum=["coco", "voc", "csv", "yolo", "folders", "labelme", "cvat",
+                                  "labelbox", "openimages", "yolo-keras"],
+                    description="annotation format (pipelines/FORMAT_to_tfrecord.py, '-' as '_')"),
     "input": Param(["train=/data/coco/annotations/instances_train2017.json"], type="array",
                    description="annotation sources, [SPLIT=]PATH each (--input)"),
     "images": Param([], type="array", description="image roots, [SPLIT=]DIR each (--images)"),
@@ -51,6 +54,9 @@ COMMON_PARAMS = {
                            description="target shard size (--shard-size-mb)"),
     "if_changed": Param(True, type="boolean",
                         description="skip when the sources are unchanged (--if-changed)"),
+    "incremental": Param(True, type="boolean",
+                         description="encode only what changed since the last run, keeping "
+                         "untouched shards (--incremental --overwrite)"),
     "extra_options": Param({}, type="object",
                            description="more convert or Beam options, {name: value}"),
 }
@@ -64,6 +70,7 @@ def _convert_options(runner_options: str) -> str:
   return ("{{ dict({'input': params.input, 'images': params.images or None, "
           "'output': params.output, 'num-shards': params.num_shards, "
           "'shard-size-mb': params.shard_size_mb, 'if-changed': params.if_changed, "
+          "'incremental': params.incremental, 'overwrite': params.incremental or None, "
           + runner_options + "}, **params.extra_options) }}")
 
 
@@ -106,7 +113,7 @@ with _dag("beam_tfrecord_direct", "beam-tfrecord on the DirectRunner",
   convert = BeamRunPythonPipelineOperator(
       task_id="convert",
       runner="DirectRunner",
-      py_file=REPO + "/pipelines/{{ params.format }}_to_tfrecord.py",
+      py_file=REPO + "/pipelines/{{ params.format | replace('-', '_') }}_to_tfrecord.py",
       py_interpreter=PYTHON,
       pipeline_options=_convert_options(
           "'direct_num_workers': params.direct_num_workers, "
@@ -139,7 +146,7 @@ if DataflowConfiguration is not None:
     convert = BeamRunPythonPipelineOperator(
         task_id="convert",
         runner="DataflowRunner",
-        py_file=REPO + "/pipelines/{{ params.format }}_to_tfrecord.py",
+        py_file=REPO + "/pipelines/{{ params.format | replace('-', '_') }}_to_tfrecord.py",
         py_interpreter=PYTHON,
         pipeline_options=_convert_options(
             "'region': params.region, 'temp_location': params.temp_location, "

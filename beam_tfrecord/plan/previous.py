@@ -1,0 +1,150 @@
+"""An earlier output as the start of a run (--plan-from DIR, --incremental): its shard plan, its
+shards and their indexes, and the settings its records were encoded with, from its manifest.
+Read on the launcher: the manifest is O(splits x shards + classes). Pure and Beam-free.
+
+The manifest's `shard_plan` records, per split, where each shard but the first begins (a
+bound: the place in the shard order, hash, key and uri, of its first image when the plan was
+made) and each shard's planned size; a run with --plan-from keeps those bounds, so an image
+keeps its shard across dataset versions (plan/shard_plan.make_plan).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from beam_tfrecord.errors import UsageError
+from beam_tfrecord.plan.shard_plan import (Bound, PreviousSplit, ShardPlan,
+                                           sizes_of)
+from beam_tfrecord.storage import paths
+
+MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 256 << 20
+
+# Settings that change the records of an unchanged image (or which images are accepted, or
+# the files' names): an incremental run whose settings differ in any of these re-encodes every
+# image, saying which. The label map is compared when it is known (on the workers).
+RECORD_SETTINGS = (
+    "format", "schema", "feature_names", "include_masks", "max_side", "resize", "image_format",
+    "jpeg_quality", "bbox_policy", "exif_frame", "max_pixels", "max_image_bytes",
+    "verify_images", "follow_symlinks", "allow_absolute_paths", "label_map", "classes",
+    "class_map", "classes_file", "class_descriptions", "csv_columns", "csv_normalized",
+    "layout", "dataset_name", "dataset_version", "shard_name_template", "records_per_shard",
+    "sink")
+
+
+@dataclasses.dataclass(frozen=True)
+class Previous:
+  """What a run needs of an earlier output."""
+  directory: str
+  splits: Dict[str, PreviousSplit]            # its plan, by split
+  shards: Dict[str, Tuple[str, ...]]          # its shard files by split, in shard order
+  indexes: Dict[str, Tuple[str, ...]]         # its shard indexes by split ('' where none)
+  label_map: Dict[str, int]
+  settings: Dict[str, Any]                    # its config's RECORD_SETTINGS
+  images: Dict[str, int]                      # images per split
+
+  def shard(self, split: str, shard: int) -> Optional[Tuple[str, str]]:
+    """(shard file uri, index uri) of one shard, None when it has no index to compare with."""
+    files, indexes = self.shards.get(split, ()), self.indexes.get(split, ())
+    if shard >= len(files) or shard >= len(indexes) or not indexes[shard]:
+      return None
+    return (paths.child(self.directory, files[shard]),
+            paths.child(self.directory, indexes[shard]))
+
+
+def encode_bound(bound: Bound) -> List[str]:
+  return [f"{bound[0]:016x}", bound[1], bound[2]]
+
+
+def decode_bound(item: Sequence[str]) -> Bound:
+  if len(item) != 3:
+    raise ValueError(f"a bound has 3 fields, not {len(item)}")
+  return (int(item[0], 16), str(item[1]), str(item[2]))
+
+
+def load(directory: str, option: str = "--plan-from") -> Previous:
+  """The earlier output in `directory`; UsageError (one line) when there is none to use."""
+  from beam_tfrecord.storage.files import read_text
+  uri = paths.join(directory, MANIFEST)
+  try:
+    manifest = json.loads(read_text(uri, MAX_MANIFEST_BYTES))
+  except FileNotFoundError:
+    raise UsageError(f"{option} {directory}: no manifest.json there (not an output of this "
+                     "tool, or not finished)") from None
+  except Exception as e:
+    raise UsageError(f"{option} {directory}: its manifest.json cannot be read "
+                     f"({type(e).__name__}: {e})") from None
+  if not isinstance(manifest, dict) or manifest.get("outcome") != "ok":
+    raise UsageError(f"{option} {directory}: its manifest.json is not that of a successful "
+                     "run")
+  return from_manifest(directory, manifest, option)
+
+
+def from_manifest(directory: str, manifest: Mapping[str, Any],
+                  option: str = "--plan-from") -> Previous:
+  try:
+    plan = manifest.get("shard_plan")
+    if not isinstance(plan, dict):
+      raise ValueError("it has no shard_plan (written by an older version)")
+    splits, shards, indexes, images = {}, {}, {}, {}
+    for split, entry in plan.items():
+      bounds = tuple(decode_bound(b) for b in entry["bounds"])
+      planned = tuple(int(n) for n in entry["planned"])
+      if len(planned) != len(bounds) + 1 or list(bounds) != sorted(bounds):
+        raise ValueError(f"split {split!r}: its bounds and planned sizes do not fit")
+      splits[split] = PreviousSplit(bounds, planned)
+      files = [s["path"] for s in manifest["splits"][split]["shards"]]
+      if len(files) != len(planned):
+        raise ValueError(f"split {split!r}: {len(files)} shard files for {len(planned)} shards")
+      for name in files + list(entry.get("indexes") or []):
+        paths.child(directory, name)  # a name that would leave the directory: refused
+      shards[split] = tuple(files)
+      indexes[split] = tuple(entry.get("indexes") or ("",) * len(files))
+      images[split] = int(manifest["splits"][split]["images"])
+    config = manifest.get("config") or {}
+    settings = {k: config.get(k) for k in RECORD_SETTINGS}
+    label_map = {str(k): int(v) for k, v in (manifest.get("label_map") or {}).items()}
+  except UsageError:
+    raise
+  except (ValueError, KeyError, TypeError) as e:
+    raise UsageError(f"{option} {directory}: its manifest.json has no usable shard plan "
+                     f"({e})") from None
+  return Previous(directory, splits, shards, indexes, label_map, settings, images)
+
+
+def changed_settings(config, previous: Previous) -> List[str]:
+  """The record-shaping settings in which `config` differs from the earlier output's."""
+  now = dataclasses.asdict(config)
+  return [k for k in RECORD_SETTINGS if now.get(k) != previous.settings.get(k)]
+
+
+def plan_record(plan: ShardPlan, stats: Sequence[Mapping]) -> Dict[str, Dict]:
+  """The manifest's `shard_plan`: a split the earlier plan gave keeps its bounds and planned
+  sizes; a split planned afresh takes its bounds from the first image each shard holds
+  (stats' `first`) and its sizes from the plan. `indexes`: each shard's index file, when the
+  run wrote them."""
+  firsts = {(s["split"], s["shard"]): s.get("first") for s in stats if s.get("shard") is not None}
+  written = {(s["split"], s["shard"]): s.get("index") for s in stats
+             if s.get("shard") is not None}
+  record = {}
+  for split, split_plan in sorted(plan.splits.items()):
+    before = plan.previous.get(split)
+    if before is not None:
+      bounds = [encode_bound(b) for b in before.bounds]
+      planned = list(before.planned)
+    else:
+      bounds = []
+      for shard in range(1, split_plan.num_shards):
+        first = firsts.get((split, shard))
+        if first is None:  # a fresh plan's shards are never empty: a lost shard
+          raise RuntimeError(f"shard {shard} of split {split!r} reported no first image")
+        bounds.append(encode_bound(tuple(first)))
+      planned = sizes_of(split_plan)
+    entry = {"bounds": bounds, "planned": planned,
+             "unit": "records" if split_plan.by_records else "images"}
+    indexes = [written.get((split, shard)) for shard in range(split_plan.num_shards)]
+    if all(indexes):
+      entry["indexes"] = indexes
+    record[split] = entry
+  return record

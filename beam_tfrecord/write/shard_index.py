@@ -1,0 +1,145 @@
+"""A shard's index (--plan-from, --incremental): one JSON line per image of the shard, in shard
+order, saying what the image was (identity, file stamp, annotation digest) and what the shard
+holds for it (its records' bytes in the file, their stats, the errors it gave). The next
+incremental run compares its images with it and copies the bytes of unchanged images instead
+of reading and encoding them again. Pure and Beam-free (writer processes import it).
+
+Size: one line (~250 bytes, more for an image that gave errors) per image of one shard; a
+writer holds the index of its own shard only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from beam_tfrecord.records import plain
+from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
+from beam_tfrecord.storage import paths
+
+TEMPLATE = "shard-index-{split}-{shard:05d}-of-{num_shards:05d}.jsonl"
+PREFIX = "shard-index-"  # not a prefix of any shard name: `glob("train-*")` never finds one
+# An index larger than this is not one this tool wrote: it is not trusted (the shard is
+# re-encoded). At ~250 bytes a line: four million images in one shard.
+MAX_INDEX_BYTES = 1 << 30
+
+Identity = Tuple[str, str]  # (key, uri): an image of a split
+
+
+def index_name(split: str, shard: int, num_shards: int) -> str:
+  return TEMPLATE.format(split=split, shard=shard, num_shards=num_shards)
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+  """One image of a shard: its identity and stamp, its annotation's digest, the bytes of its
+  records in the shard file ([offset, offset + length); none for a rejected image), what they
+  counted, and the errors and warnings the image gave when it was encoded."""
+  key: str
+  uri: str
+  stamp: str
+  digest: str
+  offset: int = 0
+  length: int = 0
+  records: int = 0
+  objects: int = 0
+  clipped: int = 0
+  reoriented: int = 0
+  labels: Tuple[str, ...] = ()
+  errors: Tuple[Tuple[Tuple[str, object], ...], ...] = ()  # ErrorRecord fields, sorted pairs
+  rejected: bool = False
+
+  @property
+  def identity(self) -> Identity:
+    return self.key, self.uri
+
+  def same_as(self, stamp: str, digest: str) -> bool:
+    return self.stamp == stamp and self.digest == digest
+
+  def error_records(self, source: Optional[str] = None) -> List[ErrorRecord]:
+    """The image's errors as the encoder gave them, from `source` (the annotation file it
+    comes from now) where they named the one it came from then."""
+    records = [ErrorRecord(**dict(fields)) for fields in self.errors]
+    if source is not None:
+      records = [dataclasses.replace(r, source=source) for r in records]
+    return records
+
+  def line(self) -> bytes:
+    fields = dataclasses.asdict(self)
+    fields["labels"] = list(self.labels)
+    fields["errors"] = [dict(e) for e in self.errors]
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def errors_of(records: Sequence[ErrorRecord]) -> Tuple[Tuple[Tuple[str, object], ...], ...]:
+  return tuple(tuple(sorted(dataclasses.asdict(e).items())) for e in records)
+
+
+def parse(data: bytes) -> List[Entry]:
+  """The entries of an index file's bytes; ValueError when it is not one."""
+  entries = []
+  for line in data.splitlines():
+    fields = json.loads(line)
+    fields["labels"] = tuple(fields.get("labels") or ())
+    fields["errors"] = tuple(tuple(sorted(e.items())) for e in fields.get("errors") or ())
+    entries.append(Entry(**fields))
+  return entries
+
+
+def read(uri: str) -> Optional[List[Entry]]:
+  """The entries of an index file, or None when there is none or it cannot be read as one
+  (the shard is then encoded again: an index only ever saves work)."""
+  try:
+    if paths.is_remote(uri):
+      from apache_beam.io.filesystems import FileSystems
+      with FileSystems.open(uri, compression_type="uncompressed") as f:
+        data = f.read(MAX_INDEX_BYTES + 1)
+    else:
+      with open(uri, "rb") as f:
+        data = f.read(MAX_INDEX_BYTES + 1)
+    if len(data) > MAX_INDEX_BYTES:
+      return None
+    return parse(data)
+  except (OSError, ValueError, TypeError, KeyError):
+    return None
+  except Exception:  # an object store's own errors: no index
+    return None
+
+
+_TO_PLAIN, _ = plain.record_converters(ImageAnnotation)
+
+
+def digest(ann: ImageAnnotation) -> str:
+  """What the annotation says about the image, as a digest: every field but the file size (a
+  property of the file: the stamp's) and the annotation file it came from (a dated export,
+  export-2026-11-24.json, names another file each night; it is in no record, and the errors
+  an unchanged image gave are re-issued naming the current one: Entry.error_records).
+  repr of plain values is exact (floats round-trip)."""
+  return hashlib.blake2b(repr(_TO_PLAIN(ann.replace(size_bytes=None, source=""))).encode(
+      "utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def stamp(uri: str) -> str:
+  """The image file's stamp without reading it: its size and modification time (local files,
+  nanoseconds); on object stores its size and update time from its metadata (what the request
+  for its size returns; an object written again is a new generation with a new time). '' when
+  the file cannot be looked at (it is then encoded, and reported as such)."""
+  from beam_tfrecord.storage import files
+  if uri.endswith(files.EMBEDDED):  # an image inside its annotation file: the file's stamp
+    uri = uri[:-len(files.EMBEDDED)]
+  try:
+    if not paths.is_remote(uri):
+      st = os.stat(uri)
+      return f"{st.st_size}:{st.st_mtime_ns}"
+    from apache_beam.io.filesystems import FileSystems
+    meta = FileSystems.get_filesystem(uri).metadata(uri)
+    return f"{meta.size_in_bytes}:{meta.last_updated_in_seconds!r}"
+  except Exception:  # missing, no access: nothing to compare with
+    return ""
+
+
+def by_identity(entries: Sequence[Entry]) -> Dict[Identity, Entry]:
+  return {e.identity: e for e in entries}

@@ -1,0 +1,377 @@
+"""--plan-from and --incremental: an incremental run's output is byte-identical to a full run
+with --plan-from the earlier output, for added, removed, re-encoded and re-annotated images
+and their mix; unchanged shards are the earlier files (hard links), unchanged images are
+copied, not encoded; settings that shape records, the label map and a rebalance make every
+image encoded again, saying why; a kill at any phase leaves the old output or the new one."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+from conftest import make_dataset, subprocess_env
+from PIL import Image
+
+from beam_tfrecord import cli
+from beam_tfrecord.finalize import output as outputs
+
+pytestmark = pytest.mark.e2e
+RUNNER = "--runner=FnApiRunner"
+# files a run writes with its own id or time in them
+RUN_FILES = ("manifest.json", "README.md")
+
+
+def _inputs(ds) -> List[str]:
+  return [f"--input=train={ds.csv_file('train')}", f"--input=val={ds.csv_file('val')}",
+          f"--images={ds.image_dir}"]
+
+
+def _convert(*args: str) -> int:
+  return cli.main(["convert", *args, RUNNER])
+
+
+def _files(directory: Path) -> Dict[str, bytes]:
+  """Every file of an output but the run's manifest and card; the error report as its sorted
+  lines (its order is the runner's)."""
+  found = {}
+  for p in sorted(directory.iterdir()):
+    # hidden: the lock a killed run left (the next run takes it over), its run directory
+    if p.is_file() and p.name not in RUN_FILES and not p.name.startswith("."):
+      data = p.read_bytes()
+      found[p.name] = b"".join(sorted(data.splitlines(True))) if p.name.startswith(
+          "errors-") else data
+  return found
+
+
+def _manifest(directory: Path) -> Dict:
+  return json.loads((directory / "manifest.json").read_text())
+
+
+def _rows(ds, split: str = "train"):
+  rows = list(csv.reader(open(ds.csv_file(split), newline="")))
+  return rows[0], rows[1:]
+
+
+def _write_rows(ds, head, body, split: str = "train") -> None:
+  with open(ds.csv_file(split), "w", newline="") as f:
+    csv.writer(f).writerows([head] + body)
+
+
+def _boxed(body) -> List[str]:
+  return sorted({r[0] for r in body if r[4]})
+
+
+def add(ds) -> None:
+  """Two new images (copies of others under new names, with their boxes)."""
+  head, body = _rows(ds)
+  for src in _boxed(body)[:2]:
+    shutil.copy(ds.image_dir / src, ds.image_dir / f"new_{src}")
+    body += [[f"new_{src}"] + r[1:] for r in body if r[0] == src]
+  _write_rows(ds, head, body)
+
+
+def remove(ds) -> None:
+  head, body = _rows(ds)
+  gone = _boxed(body)[2]
+  _write_rows(ds, head, [r for r in body if r[0] != gone])
+
+
+def change_bytes(ds) -> None:
+  """An image drawn again (mirrored) under its name: new bytes, same annotation."""
+  head, body = _rows(ds)
+  name = _boxed(body)[3]
+  with Image.open(ds.image_dir / name) as im:
+    im.load()
+    kind = im.format
+    im.transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(ds.image_dir / name, format=kind)
+
+
+def change_annotation(ds) -> None:
+  head, body = _rows(ds)
+  name = _boxed(body)[4]
+  row = next(r for r in body if r[0] == name)
+  row[4] = f"{float(row[4]) + 2:.1f}"
+  _write_rows(ds, head, body)
+
+
+def mix(ds) -> None:
+  for change in (add, remove, change_bytes, change_annotation):
+    change(ds)
+
+
+CHANGES = {"add": (add, dict(added=2)), "remove": (remove, dict(removed=1)),
+           "bytes": (change_bytes, dict(changed=1)),
+           "annotation": (change_annotation, dict(changed=1)),
+           "mix": (mix, dict(added=2, removed=1, changed=2))}
+
+
+@pytest.fixture
+def earlier(tmp_path):
+  """A dataset and its first output (4 shards a split), with a copy kept as --plan-from."""
+  ds = make_dataset(tmp_path / "data", count=40, seed=5, extras=False)
+  out = tmp_path / "out"
+  assert _convert(*_inputs(ds), "--output", str(out), "--num-shards", "4",
+                  "--incremental") == 0
+  assert _manifest(out)["incremental"]["reason"] == "no earlier output"
+  v1 = tmp_path / "v1"
+  shutil.copytree(out, v1)
+  inodes = {p.name: p.stat().st_ino for p in out.iterdir()}
+  return ds, out, v1, inodes
+
+
+@pytest.mark.parametrize("kind", sorted(CHANGES))
+def test_incremental_equals_full_run_with_plan_from(earlier, tmp_path, kind):
+  ds, out, v1, inodes = earlier
+  change, expected = CHANGES[kind]
+  change(ds)
+  assert _convert(*_inputs(ds), "--output", str(out), "--incremental", "--overwrite") == 0
+  full = tmp_path / "full"
+  assert _convert(*_inputs(ds), "--output", str(full), "--plan-from", str(v1)) == 0
+  assert _files(out) == _files(full)
+  summary = _manifest(out)["incremental"]
+  assert summary["mode"] == "incremental" and summary["reason"] == ""
+  images = {k: v for k, v in summary["images"].items() if k != "kept"}
+  assert images == {"added": 0, "changed": 0, "removed": 0, **expected}
+  shards = summary["shards"]
+  assert shards["total"] == 8 and 1 <= shards["rewritten"] <= 4
+  # unchanged shards are the earlier files themselves; rewritten ones are new files
+  shard_files = [n for n in _files(out) if n.endswith(".tfrecord")]
+  kept = [n for n in shard_files if os.stat(out / n).st_ino == inodes[n]]
+  assert len(kept) == shards["kept"] and len(shard_files) - len(kept) == shards["rewritten"]
+  for name in kept:
+    index = f"shard-index-{name[:-len('.tfrecord')]}.jsonl"
+    assert os.stat(out / index).st_ino == inodes[index]
+  # unchanged images copied, not encoded: only the added and changed ones were
+  total = sum(e["images"] for e in _manifest(out)["splits"].values())
+  assert summary["reused_images"] == total - expected.get("added", 0) - \
+      expected.get("changed", 0)
+  assert summary["images"]["kept"] == summary["reused_images"]
+  # and what trainers read is what the sources say
+  from beam_tfrecord.readback import verify
+  assert verify.run(str(out)) == 0
+
+
+def test_unchanged_sources_keep_every_shard(earlier):
+  ds, out, _, inodes = earlier
+  assert _convert(*_inputs(ds), "--output", str(out), "--incremental", "--overwrite") == 0
+  summary = _manifest(out)["incremental"]
+  assert summary["shards"] == {"total": 8, "rewritten": 0, "kept": 8}
+  assert all(os.stat(out / n).st_ino == inodes[n] for n in _files(out)
+             if not n.startswith("errors-") and n != "label_map.pbtxt")
+
+
+def test_multi_processing_runner_gives_the_same_bytes(earlier, tmp_path):
+  ds, out, v1, _ = earlier
+  mix(ds)
+  assert cli.main(["convert", *_inputs(ds), "--output", str(out), "--incremental",
+                   "--overwrite", "--runner=DirectRunner", "--direct_num_workers=2",
+                   "--direct_running_mode=multi_processing"]) == 0
+  full = tmp_path / "full"
+  assert _convert(*_inputs(ds), "--output", str(full), "--plan-from", str(v1)) == 0
+  assert _files(out) == _files(full)
+  assert _manifest(out)["incremental"]["mode"] == "incremental"
+
+
+@pytest.mark.parametrize("option,reason", [
+    (["--max-side", "40"], "settings that shape records changed: max_side"),
+    (["--schema", "coco-objects"], "settings that shape records changed: schema"),
+])
+def test_record_settings_changed_encode_everything(earlier, tmp_path, option, reason):
+  ds, out, v1, inodes = earlier
+  change_bytes(ds)
+  assert _convert(*_inputs(ds), "--output", str(out), "--incremental", "--overwrite",
+                  *option) == 0
+  summary = _manifest(out)["incremental"]
+  assert summary["mode"] == "full" and summary["reason"] == reason
+  assert summary["reused_images"] == 0 and summary["shards"]["kept"] == 0
+  full = tmp_path / "full"
+  assert _convert(*_inputs(ds), "--output", str(full), "--plan-from", str(v1), *option) == 0
+  assert _files(out) == _files(full)
+
+
+def test_a_new_class_changes_the_label_map_and_encodes_everything(earlier, tmp_path):
+  ds, out, v1, _ = earlier
+  head, body = _rows(ds)
+  row = next(r for r in body if r[4])
+  row[3] = "aardvark"  # sorts first: every id moves
+  _write_rows(ds, head, body)
+  assert _convert(*_inputs(ds), "--output", str(out), "--incremental", "--overwrite") == 0
+  summary = _manifest(out)["incremental"]
+  assert summary["mode"] == "full" and summary["reason"] == "the label map changed"
+  assert summary["reused_images"] == 0
+  full = tmp_path / "full"
+  assert _convert(*_inputs(ds), "--output", str(full), "--plan-from", str(v1)) == 0
+  assert _files(out) == _files(full)
+
+
+def test_a_shard_outgrowing_twice_its_plan_rebalances(earlier, tmp_path):
+  """Images added in one shard's part of the order until it holds more than twice its
+  planned 5: the plan is made afresh (4 shards of 5 + the new ones), saying so."""
+  ds, out, v1, _ = earlier
+  plan = _manifest(v1)["shard_plan"]["train"]
+  bound = int(plan["bounds"][0][0], 16)  # shard 0 of train: identities below it
+  from beam_tfrecord.records.packed import identity_hash
+  head, body = _rows(ds)
+  src = _boxed(body)[0]
+  added = 0
+  i = 0
+  while added < 11:
+    name = f"extra_{i}_{src}"
+    i += 1
+    if identity_hash(name) < bound:
+      shutil.copy(ds.image_dir / src, ds.image_dir / name)
+      body += [[name] + r[1:] for r in body if r[0] == src]
+      added += 1
+  _write_rows(ds, head, body)
+  # the shard-size options apply when the plan is made afresh: the cron args repeat them
+  assert _convert(*_inputs(ds), "--output", str(out), "--incremental", "--overwrite",
+                  "--num-shards", "4") == 0
+  summary = _manifest(out)["incremental"]
+  assert summary["mode"] == "full"
+  assert summary["reason"].startswith("split 'train': shard 0 would hold 16 images, planned "
+                                      "for 5") and "rebalance" in summary["reason"]
+  train = _manifest(out)["shard_plan"]["train"]
+  assert train["planned"] == [7, 8, 8, 8]  # planned afresh, 31 images in 4 shards
+  full = tmp_path / "full"
+  assert _convert(*_inputs(ds), "--output", str(full), "--plan-from", str(v1),
+                  "--num-shards", "4") == 0
+  assert _files(out) == _files(full)
+
+
+def test_plan_from_keeps_the_shards_of_unchanged_images(earlier, tmp_path):
+  """--plan-from alone: the earlier bounds (4 shards, whatever --num-shards says) and shard
+  indexes written; each image where its identity falls between the bounds."""
+  ds, out, v1, _ = earlier
+  add(ds)
+  again = tmp_path / "again"
+  assert _convert(*_inputs(ds), "--output", str(again), "--plan-from", str(v1),
+                  "--num-shards", "2") == 0
+  manifest = _manifest(again)
+  assert manifest["splits"]["train"]["num_shards"] == 4
+  assert manifest["shard_plan"] == {
+      split: dict(entry, indexes=entry["indexes"])
+      for split, entry in _manifest(v1)["shard_plan"].items()}
+  assert "incremental" not in manifest
+  old = {n: b for n, b in _files(v1).items() if n.startswith("val-")}
+  assert {n: b for n, b in _files(again).items() if n.startswith("val-")} == old
+
+
+def test_an_earlier_output_without_indexes_is_encoded_again_once(tmp_path):
+  """A plain run (no index): an incremental run after it keeps its plan but encodes every
+  image, saying why, and writes the indexes; the next one compares."""
+  ds = make_dataset(tmp_path / "data", count=20, seed=2, extras=False)
+  out = tmp_path / "out"
+  assert _convert(*_inputs(ds), "--output", str(out), "--num-shards", "2") == 0
+  assert not [n for n in os.listdir(out) if n.startswith("shard-index-")]
+  v1 = tmp_path / "v1"
+  shutil.copytree(out, v1)
+  change_bytes(ds)
+  assert _convert(*_inputs(ds), "--output", str(out), "--incremental", "--overwrite") == 0
+  summary = _manifest(out)["incremental"]
+  assert summary["mode"] == "full"
+  assert summary["reason"] == "the earlier output has no shard indexes"
+  full = tmp_path / "full"
+  assert _convert(*_inputs(ds), "--output", str(full), "--plan-from", str(v1)) == 0
+  assert _files(out) == _files(full)
+  assert _convert(*_inputs(ds), "--output", str(out), "--incremental", "--overwrite") == 0
+  assert _manifest(out)["incremental"]["shards"]["kept"] == 4
+
+
+@pytest.mark.parametrize("bad,message", [
+    ("missing", "no manifest.json there"),
+    ("edited", "its manifest.json has no usable shard plan"),
+])
+def test_plan_from_a_bad_directory_is_exit_2(earlier, tmp_path, capsys, bad, message):
+  ds, out, v1, _ = earlier
+  source = tmp_path / "nowhere"
+  if bad == "edited":
+    source = tmp_path / "edited"
+    shutil.copytree(v1, source)
+    manifest = _manifest(source)
+    manifest["splits"]["train"]["shards"][0]["path"] = "../../etc/passwd"
+    (source / "manifest.json").write_text(json.dumps(manifest))
+  code = cli.main(["convert", *_inputs(ds), "--output", str(tmp_path / "o"), "--plan-from",
+                   str(source), RUNNER])
+  assert code == 2 and message in capsys.readouterr().err
+  assert not (tmp_path / "o").exists()
+
+
+KILL_POINTS = ["parse", "write", "shard", "finalize", "swap-journal", "swap-old-manifest",
+               "swap-old-files", "swap-move", "swap-manifest"]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_a_kill_leaves_the_old_version_or_the_new_one(earlier, tmp_path, point):
+  ds, out, v1, _ = earlier
+  old = _files(out)
+  mix(ds)
+  new_dir = tmp_path / "expected"
+  assert _convert(*_inputs(ds), "--output", str(new_dir), "--plan-from", str(v1)) == 0
+  new = _files(new_dir)
+  proc = subprocess.run([sys.executable, "-m", "beam_tfrecord.cli", "convert", *_inputs(ds),
+                         "--output", str(out), "--incremental", "--overwrite", RUNNER],
+                        env=subprocess_env(BEAM_TFRECORD_KILL_AT=point), capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == -9, proc.stderr[-2000:]
+  if point.startswith("swap-"):
+    assert cli.main(["verify", "--repair", str(out)]) == 0
+    assert _files(out) == new
+  else:
+    assert _files(out) == old and cli.main(["verify", str(out)]) == 0
+  # the next run finishes the job, incrementally
+  assert cli.main(["convert", *_inputs(ds), "--output", str(out), "--incremental",
+                   "--overwrite", "--break-lock", RUNNER]) == 0
+  assert _files(out) == new
+  assert [n for n in os.listdir(out) if n.startswith(outputs.OWN_PREFIX)] == []
+
+
+
+def test_on_cloud_storage(tmp_path, monkeypatch):
+  """gs:// (the storage emulator): an incremental run in place equals a full run with
+  --plan-from the first version; unchanged shards are server-side copies of the earlier
+  objects (FileSystems.copy: a rewrite, no download)."""
+  pytest.importorskip("gcp_storage_emulator")
+  import gcs_emulator
+  from apache_beam.io.filesystems import FileSystems
+  bucket = "tfr-incremental"
+  with gcs_emulator.running(bucket):
+    ds = make_dataset(tmp_path / "data", count=24, seed=9, extras=False)
+    out, v1, full = (f"gs://{bucket}/{name}" for name in ("out", "v1", "full"))
+
+    def objects(prefix: str) -> Dict[str, bytes]:
+      result = {}
+      for meta in FileSystems.match([prefix + "/**"])[0].metadata_list:
+        name = meta.path[len(prefix) + 1:]
+        if name in RUN_FILES or name.startswith("."):
+          continue
+        with FileSystems.open(meta.path, compression_type="uncompressed") as f:
+          data = f.read()
+        result[name] = b"".join(sorted(data.splitlines(True))) if name.startswith(
+            "errors-") else data
+      return result
+
+    assert _convert(*_inputs(ds), "--output", out, "--num-shards", "3", "--incremental") == 0
+    assert _convert(*_inputs(ds), "--output", v1, "--plan-from", out) == 0  # version 1, again
+    mix(ds)
+    copies = []
+    real_copy = FileSystems.copy
+    monkeypatch.setattr(FileSystems, "copy", staticmethod(
+        lambda sources, destinations: copies.extend(zip(sources, destinations)) or
+        real_copy(sources, destinations)))
+    assert _convert(*_inputs(ds), "--output", out, "--incremental", "--overwrite") == 0
+    monkeypatch.undo()
+    assert _convert(*_inputs(ds), "--output", full, "--plan-from", v1) == 0
+    assert objects(out) == objects(full)
+    with FileSystems.open(out + "/manifest.json") as f:
+      summary = json.loads(f.read())["incremental"]
+    assert summary["mode"] == "incremental" and summary["images"]["added"] == 2
+    kept = summary["shards"]["kept"]
+    shard_copies = [(a, b) for a, b in copies if b.endswith(".tfrecord")]
+    assert kept >= 1 and len(shard_copies) == kept
+    assert all(a.startswith(out + "/") and "/.beam-tfrecord-run-" in b for a, b in shard_copies)

@@ -1,0 +1,183 @@
+"""--plan-from's maths (plan/shard_plan.py bounds, plan/previous.py) and the shard index
+(write/shard_index.py), without Beam: an image's shard is where its identity falls between
+the earlier bounds, whatever was added or removed; a plan made from its own bounds is the plan."""
+from __future__ import annotations
+
+import bisect
+import io
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from beam_tfrecord.errors import UsageError
+from beam_tfrecord.plan import previous
+from beam_tfrecord.plan.shard_plan import (PreviousSplit, bound_of, counts_below_bounds,
+                                           make_plan, partition_of, sizes_of, sort_partition)
+from beam_tfrecord.records import packed
+from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
+from beam_tfrecord.write import shard_index
+from beam_tfrecord.write.shard_writer import _RangeCopier
+
+
+def _entry(name: str, split: str = "train", records: int = 1) -> packed.Packed:
+  ann = ImageAnnotation(key=name, uri=f"/r/{name}", source_id=name, source="a.csv",
+                        split=split, size_bytes=10)
+  return packed.pack(ann, records)
+
+
+def _plan_of(names, bounds=None, num_shards=None, by_records=False):
+  entries = [_entry(n, records=1 + (len(n) % 3) if by_records else 1) for n in names]
+  by_partition = {}
+  for e in entries:
+    by_partition.setdefault(partition_of(e[packed.HASH]), []).append(e)
+  acc = {}
+  for p, part in by_partition.items():
+    unique = sort_partition(part)[0].get("train", [])
+    for e in unique:
+      key = ("train", partition_of(e[packed.HASH]))
+      acc[key] = [a + b for a, b in zip(acc.get(key, [0, 0, 0]), (1, e[packed.RECORDS], 10))]
+    if bounds:
+      for key, c in counts_below_bounds("train", unique, bounds).items():
+        acc[key] = [a + b for a, b in zip(acc.get(key, [0, 0, 0]), c)]
+  prev = {"train": PreviousSplit(tuple(bounds), (len(names),) * (len(bounds) + 1))} \
+      if bounds is not None else None
+  plan = make_plan(acc, num_shards, None, 2 if by_records else None, 1, prev)
+  order = sorted(entries, key=bound_of)
+  return plan, order
+
+
+def _members(plan, order):
+  """{shard: [names]} from the plan's starts over the split's order (image positions)."""
+  split = plan.splits["train"]
+  starts = list(split.starts)
+  result = {}
+  for rank, e in enumerate(order):
+    shard = bisect.bisect_right(starts, rank) - 1
+    result.setdefault(shard, []).append(e[packed.KEY])
+  return result
+
+
+names = st.lists(st.text("abcdefgh", min_size=1, max_size=6), min_size=4, max_size=60,
+                 unique=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(names, names, st.integers(2, 6))
+def test_images_keep_their_shard_across_versions(first, second, shards):
+  plan, order = _plan_of(first, num_shards=shards)
+  n = plan.splits["train"].num_shards
+  bounds = [bound_of(order[s]) for s in plan.splits["train"].starts[1:]]
+  # the same images: the same plan
+  again, _ = _plan_of(first, bounds)
+  assert again.splits["train"].starts == plan.splits["train"].starts and not again.fallback
+  # another version: every image where its identity falls between the bounds
+  later = sorted(set(first) | set(second))
+  new_plan, new_order = _plan_of(later, bounds)
+  if new_plan.fallback:
+    assert "rebalance" in new_plan.fallback
+    return
+  assert new_plan.splits["train"].num_shards == n
+  for shard, members in _members(new_plan, new_order).items():
+    for name in members:
+      want = bisect.bisect_right(bounds, bound_of(_entry(name)))
+      assert shard == want, (name, shard, want)
+
+
+def test_a_shard_past_twice_its_planned_size_rebalances():
+  first = [f"img{i}" for i in range(20)]
+  plan, order = _plan_of(first, num_shards=4)
+  bounds = [bound_of(order[s]) for s in plan.splits["train"].starts[1:]]
+  grown = first + [n for n in (f"x{i}" for i in range(5000))
+                   if bound_of(_entry(n)) < bounds[0]][:40]
+  prev = {"train": PreviousSplit(tuple(bounds), tuple(sizes_of(plan.splits["train"])))}
+  new_plan, _ = _plan_of(grown, bounds)
+  assert new_plan.fallback == ""  # _plan_of's planned sizes are large: no rebalance there
+  acc = {}
+  for e in map(_entry, grown):
+    key = ("train", partition_of(e[packed.HASH]))
+    acc[key] = [a + b for a, b in zip(acc.get(key, [0, 0, 0]), (1, 1, 10))]
+  for p in {k[1] for k in acc}:
+    part = sorted((e for e in map(_entry, grown) if partition_of(e[packed.HASH]) == p),
+                  key=bound_of)
+    for key, c in counts_below_bounds("train", part, bounds).items():
+      acc[key] = [a + b for a, b in zip(acc.get(key, [0, 0, 0]), c)]
+  rebalanced = make_plan(acc, 4, None, None, 1, prev)
+  assert rebalanced.fallback.startswith("split 'train': shard 0 would hold 45 images, "
+                                        "planned for 5")
+  assert rebalanced.previous == {} and rebalanced.splits["train"].num_shards == 4
+
+
+def test_manifest_plan_round_trip_and_refusals(tmp_path):
+  plan, order = _plan_of([f"img{i}" for i in range(10)], num_shards=3)
+  stats = [{"split": "train", "shard": s, "first": list(bound_of(order[start])),
+            "index": shard_index.index_name("train", s, 3)}
+           for s, start in enumerate(plan.splits["train"].starts)]
+  record = previous.plan_record(plan, stats)
+  manifest = {"outcome": "ok", "shard_plan": record, "label_map": {"a": 1},
+              "config": {"schema": "od-api"},
+              "splits": {"train": {"images": 10, "shards": [
+                  {"path": f"train-{s:05d}-of-00003.tfrecord"} for s in range(3)]}}}
+  earlier = previous.from_manifest(str(tmp_path), manifest)
+  assert earlier.splits["train"].bounds == tuple(bound_of(order[s])
+                                                 for s in plan.splits["train"].starts[1:])
+  assert earlier.splits["train"].planned == tuple(sizes_of(plan.splits["train"]))
+  assert earlier.shard("train", 1) == (str(tmp_path / "train-00001-of-00003.tfrecord"),
+                                       str(tmp_path / "shard-index-train-00001-of-00003.jsonl"))
+  bad = dict(manifest, splits={"train": {"images": 10, "shards": [
+      {"path": "../x.tfrecord"}, {"path": "b"}, {"path": "c"}]}})
+  with pytest.raises(UsageError, match="no usable shard plan"):
+    previous.from_manifest(str(tmp_path), bad)
+  unsorted = {"train": dict(record["train"], bounds=record["train"]["bounds"][::-1])}
+  with pytest.raises(UsageError, match="do not fit"):
+    previous.from_manifest(str(tmp_path), dict(manifest, shard_plan=unsorted))
+  with pytest.raises(UsageError, match="no shard_plan"):
+    previous.from_manifest(str(tmp_path), {k: v for k, v in manifest.items()
+                                           if k != "shard_plan"})
+
+
+def test_index_lines_round_trip_and_digest_ignores_size_and_source(tmp_path):
+  error = ErrorRecord(source="a.csv", stage="validate", reason="size_mismatch",
+                      message="m", key="k.jpg", level="warning")
+  entry = shard_index.Entry(key="k.jpg", uri="/r/k.jpg", stamp="10:5", digest="d", offset=12,
+                            length=40, records=1, objects=2, clipped=1, reoriented=0,
+                            labels=("cat", "dog"), errors=shard_index.errors_of([error]))
+  path = tmp_path / "i.jsonl"
+  path.write_bytes(entry.line() * 2)
+  assert shard_index.read(str(path)) == [entry, entry]
+  assert entry.error_records("b.csv")[0].source == "b.csv"
+  path.write_bytes(b"not json\n")
+  assert shard_index.read(str(path)) is None  # not trusted: the shard is encoded again
+  assert shard_index.read(str(tmp_path / "missing")) is None
+  ann = ImageAnnotation(key="k.jpg", uri="/r/k.jpg", source_id="1", source="a.csv")
+  same = shard_index.digest(ann)
+  assert shard_index.digest(ann.replace(size_bytes=99, source="b.csv")) == same
+  assert shard_index.digest(ann.replace(source_id="2")) != same
+  image = tmp_path / "k.jpg"
+  image.write_bytes(b"x")
+  first = shard_index.stamp(str(image))
+  os.utime(image, ns=(1, 1))
+  assert shard_index.stamp(str(image)) != first and shard_index.stamp("/no/such") == ""
+
+
+def test_range_copier_merges_consecutive_ranges(tmp_path):
+  earlier = tmp_path / "earlier"
+  earlier.write_bytes(bytes(range(100)))
+  for local in (True, False):
+    out_path = tmp_path / f"out{local}"
+    copier = _RangeCopier(str(earlier))
+    with open(out_path, "wb") as f:
+      out = f if local else io.BufferedWriter(io.FileIO(str(out_path), "wb"))
+      if not local:  # an object store's stream: no file descriptor
+        out.fileno = lambda: (_ for _ in ()).throw(io.UnsupportedOperation("fileno"))
+      copier.add(10, 5, out)
+      copier.add(15, 5, out)  # consecutive: one copy
+      copier.flush(out)  # what the writer does before it writes an encoded image
+      out.write(b"NEW")
+      copier.add(50, 3, out)
+      copier.flush(out)
+      out.write(b"!")
+      out.flush()
+    copier.close()
+    assert out_path.read_bytes() == bytes(range(10, 20)) + b"NEW" + bytes(range(50, 53)) + b"!"
