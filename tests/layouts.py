@@ -184,6 +184,19 @@ def write_roboflow(images: Sequence[sample.SampleImage], image_dir: Path, target
   return target
 
 
+def write_every_layout(images: Sequence[sample.SampleImage], image_dir: Path,
+                       base: Path) -> Path:
+  """Every layout of this module under base: ultralytics/, darknet/, raccoon/, folders/ and
+  roboflow-{coco,csv,voc,yolo}/ (what a format's detection must tell apart); returns base."""
+  write_ultralytics(images, image_dir, base / "ultralytics")
+  write_darknet(images, image_dir, base / "darknet")
+  write_raccoon(images, image_dir, base / "raccoon")
+  write_class_folders(images, image_dir, base / "folders")
+  for kind in ("coco", "csv", "voc", "yolo"):
+    write_roboflow(images, image_dir, base / f"roboflow-{kind}", kind)
+  return base
+
+
 def image_class(im: sample.SampleImage) -> str:
   """The class folder of an image in the classification fixtures."""
   return im.boxes[0][0] if im.boxes else "background"

@@ -175,12 +175,11 @@ def incremental_summary(incremental: Dict, plan, stats: Sequence[Dict],
     images["removed"] += sum(n for split, n in previous.images.items()
                              if split not in plan.splits)
   kept = sum(1 for s in shards if s.get("kept_from"))
-  summary = {"previous": previous.directory if previous is not None else None,
-             "mode": "full" if reason else "incremental", "reason": reason,
-             "images": images if not reason else None,
-             "shards": {"total": len(shards), "rewritten": len(shards) - kept, "kept": kept},
-             "reused_images": sum(s.get("reused", 0) for s in shards)}
-  return summary
+  return {"previous": previous.directory if previous is not None else None,
+          "mode": "full" if reason else "incremental", "reason": reason,
+          "images": images if not reason else None,
+          "shards": {"total": len(shards), "rewritten": len(shards) - kept, "kept": kept},
+          "reused_images": sum(s.get("reused", 0) for s in shards)}
 
 
 def _write_tfds_metadata(run_directory: str, config: ConvertConfig, splits: Dict,

@@ -16,9 +16,6 @@ class ClassSelection:
   keep: Optional[FrozenSet[str]]
   rename: Tuple[Tuple[str, str], ...]
 
-  def renames(self) -> Dict[str, str]:
-    return dict(self.rename)
-
   def named(self) -> List[str]:
     """Every source class name the options name (each must exist in the source)."""
     return sorted(set(self.keep or ()) | {old for old, _ in self.rename})

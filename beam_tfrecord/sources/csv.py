@@ -337,6 +337,24 @@ QUOTED_BREAK = ("line has an odd number of quote characters: a quoted field hold
                 "line break inside quotes cannot be read: remove such line breaks")
 
 
+def seek_line(fileobj, start: int, end: int, first: int = 0) -> int:
+  """Put a file opened in binary at the first line that starts in [start, end), and return
+  its offset (end or more when no line does). A line that starts before `start` belongs to the
+  range before, so the lines a range holds do not depend on where the ranges are cut. `first`:
+  where the file's lines begin (a CSV's rows: after its header). The skipped end of a line is
+  read in 1 MB parts, and no further than `end`."""
+  if start <= first:
+    fileobj.seek(start)
+    return start
+  fileobj.seek(start - 1)
+  at = start - 1
+  while True:
+    part = fileobj.readline(1 << 20)
+    at += len(part)
+    if not part or part[-1:] == b"\n" or at >= end:
+      return at
+
+
 def read_range(fileobj, header: CsvHeader, start: int, end: int
                ) -> Iterator[Tuple[int, Union[Dict[str, Any], InputError, None]]]:
   """(n, row) for the n-th line (from 1) that starts in [start, end) of a CSV opened in binary
@@ -346,17 +364,7 @@ def read_range(fileobj, header: CsvHeader, start: int, end: int
   depend on where the ranges are cut: a line that starts before `start` belongs to the range
   before. Memory: one line (at most MAX_LINE_BYTES)."""
   import csv
-  if start > header.end:  # skip the end of the line that started in the range before
-    fileobj.seek(start - 1)
-    at = start - 1
-    while True:
-      part = fileobj.readline(MAX_LINE_BYTES)
-      at += len(part)
-      if not part or part[-1:] == b"\n" or at >= end:
-        break
-  else:
-    fileobj.seek(start)
-    at = start
+  at = seek_line(fileobj, start, end, header.end)
   index = dict(header.index)
   items = tuple(index.items())
   columns, listing = header.columns, header.listing

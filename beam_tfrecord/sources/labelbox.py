@@ -51,6 +51,7 @@ import apache_beam as beam
 from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
                                          InputError, ObjectAnnotation)
 from beam_tfrecord.sources.base import SourceOutput, is_hidden
+from beam_tfrecord.sources.csv import line_offsets, seek_line
 from beam_tfrecord.storage import paths
 
 # Budgets of one data row. A line holds one image's labels: 16 MB is ~500,000 polygon points
@@ -352,17 +353,7 @@ def read_range(fileobj, start: int, end: int, limit: Optional[int] = None
   (MAX_LINE_BYTES) bytes, skipped as it is read. A line that starts before `start` belongs to
   the range before. Memory: one line."""
   limit = MAX_LINE_BYTES if limit is None else limit
-  if start > 0:  # the end of the line that started in the range before is not ours
-    fileobj.seek(start - 1)
-    at = start - 1
-    while True:
-      part = fileobj.readline(1 << 20)
-      at += len(part)
-      if not part or part[-1:] == b"\n":
-        break
-  else:
-    fileobj.seek(0)
-    at = 0
+  at = seek_line(fileobj, start, end)
   number = 0
   while at < end:
     raw = fileobj.readline(limit + 2)  # the line, its \r\n, and one byte to see it is over
@@ -486,7 +477,6 @@ class ReadLabelbox(beam.PTransform):
     self.include_masks, self.split_bytes = include_masks, split_bytes
 
   def expand(self, root):
-    from beam_tfrecord.sources.csv import line_offsets
     planned = (root
                | "Files" >> beam.Create(self.inputs)
                | "Ranges" >> beam.FlatMap(_plan, self.split_bytes).with_outputs(

@@ -137,17 +137,7 @@ def read_lines(fileobj, start: int, end: int, limit: Optional[int] = None
   ('malformed_line'). A line that starts before `start` belongs to the range before, so the
   lines do not depend on where the ranges are cut. Memory: one line. `limit`: MAX_LINE_BYTES."""
   limit = MAX_LINE_BYTES if limit is None else limit
-  if start > 0:  # skip the end of the line that started in the range before
-    fileobj.seek(start - 1)
-    at = start - 1
-    while True:
-      part = fileobj.readline(limit)
-      at += len(part)
-      if not part or part[-1:] == b"\n" or at >= end:
-        break
-  else:
-    fileobj.seek(0)
-    at = 0
+  at = csv_source.seek_line(fileobj, start, end)
   number = 0
   while at < end:
     raw = fileobj.readline(limit + 1)

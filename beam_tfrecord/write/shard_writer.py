@@ -172,12 +172,7 @@ def write_shard(task: ShardTask) -> ShardResult:
   _rename(partial, final)
   done.close()
   stats["bytes"] = _size(final)
-  # The file's final name (--shard-name-template; {count} is known only now). It keeps its
-  # unique staging name until the finalize step moves it there.
-  named = naming.format_shard_name(task.template, split, shard, num_shards, stats["examples"])
-  if named != name:
-    stats["path"], stats["staged"] = named, name
-  stats["classes"] = dict(sorted(stats["classes"].items()))
+  _named(task, stats, name)
   return ShardResult(stats, errors)
 
 

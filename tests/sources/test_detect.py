@@ -21,13 +21,7 @@ def tree(tmp_path_factory, dataset):
   """Every layout, written once from the shared sample dataset."""
   base = tmp_path_factory.mktemp("layouts")
   images, image_dir = dataset.images, dataset.image_dir
-  layouts.write_ultralytics(images, image_dir, base / "ultralytics")
-  layouts.write_darknet(images, image_dir, base / "darknet")
-  layouts.write_raccoon(images, image_dir, base / "raccoon")
-  layouts.write_class_folders(images, image_dir, base / "folders")
-  for kind in ("coco", "csv", "voc", "yolo"):
-    layouts.write_roboflow(images, image_dir, base / f"roboflow-{kind}", kind)
-  return base
+  return layouts.write_every_layout(images, image_dir, base)
 
 
 def test_each_layout_is_detected(tree, dataset):

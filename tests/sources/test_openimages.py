@@ -111,13 +111,7 @@ def tree(tmp_path_factory, dataset):
   images, image_dir = dataset.images, dataset.image_dir
   oi.write_openimages(images, image_dir, base / "v6")
   oi.write_openimages(images, image_dir, base / "v7", version="v7")
-  layouts.write_ultralytics(images, image_dir, base / "ultralytics")
-  layouts.write_darknet(images, image_dir, base / "darknet")
-  layouts.write_raccoon(images, image_dir, base / "raccoon")
-  layouts.write_class_folders(images, image_dir, base / "folders")
-  for kind in ("coco", "csv", "voc", "yolo"):
-    layouts.write_roboflow(images, image_dir, base / f"roboflow-{kind}", kind)
-  return base
+  return layouts.write_every_layout(images, image_dir, base)
 
 
 def test_detects_box_csvs_and_nothing_else(tree, dataset):

@@ -93,13 +93,7 @@ def tree(tmp_path_factory, dataset):
   images, image_dir = dataset.images, dataset.image_dir
   lk.write_yolo_keras(images, image_dir, base / "keras")
   lk.write_yolo_keras(images, image_dir, base / "roboflow-keras", style="roboflow")
-  layouts.write_ultralytics(images, image_dir, base / "ultralytics")
-  layouts.write_darknet(images, image_dir, base / "darknet")
-  layouts.write_raccoon(images, image_dir, base / "raccoon")
-  layouts.write_class_folders(images, image_dir, base / "folders")
-  for kind in ("coco", "csv", "voc", "yolo"):
-    layouts.write_roboflow(images, image_dir, base / f"roboflow-{kind}", kind)
-  return base
+  return layouts.write_every_layout(images, image_dir, base)
 
 
 def test_detects_keras_text_and_exports_only(tree, dataset):
