@@ -477,7 +477,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
   from beam_tfrecord import pipeline
   from beam_tfrecord.finalize import lock as locks
   from beam_tfrecord.finalize import output as outputs
-  from beam_tfrecord.finalize.progress import Progress
+  from beam_tfrecord.storage.progress import Progress
   from beam_tfrecord.sources import registry
 
   options = PipelineOptions(list(beam_args))

@@ -272,6 +272,10 @@ class ConvertConfig:
       result.append((split, uri, root))
     return result
 
+  def input_paths(self) -> List[str]:
+    """Every path the run reads: annotation inputs, image roots, the label map, class lists."""
+    return input_paths(self)
+
   def split_fractions(self) -> Optional[Dict[str, float]]:
     return splitting.parse_split_fractions(self.split) if self.split else None
 

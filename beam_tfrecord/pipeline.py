@@ -19,11 +19,10 @@ from beam_tfrecord.plan import previous as previous_output
 from beam_tfrecord.plan.previous import Previous
 from beam_tfrecord.plan.shard_plan import overlap_warning
 from beam_tfrecord.plan.transform import PlanShards, SortRuns, shard_tasks
-from beam_tfrecord.prepare import label_map as label_maps
 from beam_tfrecord.prepare.labels import BuildLabelMap
 from beam_tfrecord.prepare.locate import PrepareImages
 from beam_tfrecord.prepare.select import SelectClasses
-from beam_tfrecord.prepare.splitting import DEFAULT_SPLIT
+from beam_tfrecord.records.model import DEFAULT_SPLIT
 from beam_tfrecord.records import coders, packed
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.sources import registry
@@ -131,7 +130,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   options = config.encode_options()
   schema = schemas.from_options(options)
   first_id = config.first_id()  # the schema's, or its image-level sources' (tutorial: 0)
-  user_map = (label_maps.read(config.label_map, min_id=first_id)
+  user_map = (files.read_label_map(config.label_map, min_id=first_id)
               if config.label_map else None)
   if user_map is not None and config.layout == "tfds":
     try:

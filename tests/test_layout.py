@@ -1,5 +1,6 @@
-"""The package's shape: no import circle, Beam-free modules stay Beam-free, and the commands
-that only read an output (--help, inspect, verify, show) never import Apache Beam."""
+"""The package's shape: stages import only earlier stages (no import circle), Beam-free
+modules stay Beam-free, and the commands that only read an output (--help, inspect, verify,
+show) never import Apache Beam."""
 from __future__ import annotations
 
 import ast
@@ -24,25 +25,53 @@ BEAM_FREE = [
     "beam_tfrecord.finalize", "beam_tfrecord.readback", "beam_tfrecord.sources.registry",
     "beam_tfrecord.records.model", "beam_tfrecord.records.plain", "beam_tfrecord.records.packed",
     "beam_tfrecord.records.boxes", "beam_tfrecord.records.protos", "beam_tfrecord.records.tfrecord",
+    "beam_tfrecord.records.masks", "beam_tfrecord.storage.layout", "beam_tfrecord.schemas.views",
     "beam_tfrecord.storage.paths", "beam_tfrecord.storage.files", "beam_tfrecord.storage.gcs",
-    "beam_tfrecord.storage.prefetch", "beam_tfrecord.storage.spill",
+    "beam_tfrecord.storage.prefetch", "beam_tfrecord.storage.spill", "beam_tfrecord.storage.progress",
     "beam_tfrecord.sources.checks", "beam_tfrecord.sources.detect", "beam_tfrecord.schemas.base",
-    "beam_tfrecord.prepare.splitting", "beam_tfrecord.prepare.label_map",
+    "beam_tfrecord.prepare.splitting", "beam_tfrecord.records.label_map",
     "beam_tfrecord.prepare.class_selection",
     "beam_tfrecord.plan.shard_plan", "beam_tfrecord.plan.naming", "beam_tfrecord.plan.runs",
     "beam_tfrecord.plan.previous", "beam_tfrecord.write.shard_index",
     "beam_tfrecord.write.shard_writer", "beam_tfrecord.write.encode",
-    "beam_tfrecord.write.images", "beam_tfrecord.write.orientation", "beam_tfrecord.write.masks",
+    "beam_tfrecord.write.images", "beam_tfrecord.write.orientation", "beam_tfrecord.records.masks",
     "beam_tfrecord.schemas", "beam_tfrecord.schemas.od_api", "beam_tfrecord.schemas.classification",
     "beam_tfrecord.schemas.tutorial", "beam_tfrecord.schemas.coco_objects",
     "beam_tfrecord.schemas.tfds_detection", "beam_tfrecord.schemas.tfds_image_folder",
     "beam_tfrecord.finalize.tfds_layout",
     "beam_tfrecord.finalize.output", "beam_tfrecord.finalize.lock", "beam_tfrecord.finalize.card",
-    "beam_tfrecord.finalize.fingerprint", "beam_tfrecord.finalize.progress",
+    "beam_tfrecord.finalize.fingerprint", "beam_tfrecord.storage.progress",
     "beam_tfrecord.finalize.manifest",
     "beam_tfrecord.readback.reader", "beam_tfrecord.readback.views",
     "beam_tfrecord.readback.verify", "beam_tfrecord.readback.stats", "beam_tfrecord.readback.show",
 ]
+
+
+# The stages in the order data flows through them (docs/architecture.md, "Stages"): a module
+# imports from its own stage or an earlier one, never a later one. The base (the package root,
+# errors, reasons) comes first; the commands that wire the stages (config, pipeline, cli,
+# reader, sample) come last and may import any stage.
+STAGES = ["base", "records", "storage", "schemas", "sources", "prepare", "plan", "write",
+          "finalize", "readback", "commands"]
+BASE = {"beam_tfrecord", "beam_tfrecord.errors", "beam_tfrecord.reasons"}
+
+
+def stage_of(module: str) -> str:
+  """The stage of a package module: its folder under beam_tfrecord/, else base or commands."""
+  if module in BASE:
+    return "base"
+  parts = module.split(".")
+  if len(parts) > 2 or (len(parts) == 2 and parts[1] in STAGES):
+    assert parts[1] in STAGES, f"{module}: folder {parts[1]!r} is not a stage in STAGES"
+    return parts[1]
+  return "commands"
+
+
+def backward_imports(graph: Dict[str, Set[str]]) -> List[str]:
+  """'a -> b' for each import of a later stage's module."""
+  rank = {stage: i for i, stage in enumerate(STAGES)}
+  return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                if rank[stage_of(b)] > rank[stage_of(a)])
 
 
 def _module_name(path: Path) -> str:
@@ -102,6 +131,22 @@ def find_cycle(graph: Dict[str, Set[str]]) -> List[str]:
 def test_find_cycle_finds_one():
   assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
   assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_backward_imports_are_found():
+  graph = {"beam_tfrecord.write.a": {"beam_tfrecord.finalize.b", "beam_tfrecord.records.c"},
+           "beam_tfrecord.records.c": {"beam_tfrecord.errors"},
+           "beam_tfrecord.errors": {"beam_tfrecord.config"}}
+  assert backward_imports(graph) == ["beam_tfrecord.errors -> beam_tfrecord.config",
+                                     "beam_tfrecord.write.a -> beam_tfrecord.finalize.b"]
+
+
+def test_stages_only_import_earlier_stages():
+  """Also proves there is no circle between stages; test_no_import_circle covers the rest."""
+  graph = import_graph()
+  assert {stage_of(m) for m in graph} == set(STAGES)  # every stage has modules, none unknown
+  backward = backward_imports(graph)
+  assert not backward, "imports of a later stage:\n" + "\n".join(backward)
 
 
 def test_no_import_circle():

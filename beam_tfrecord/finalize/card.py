@@ -13,7 +13,9 @@ from __future__ import annotations
 import shlex
 from typing import Dict, List, Mapping, Sequence
 
-NAME = "README.md"
+from beam_tfrecord.storage import layout
+
+NAME = layout.CARD
 
 _TF_DTYPES = {"string": "tf.string", "int64": "tf.int64", "float32": "tf.float32"}
 _PY_TYPES = {"string": "bytes", "int64": "int64", "float32": "float32"}
@@ -94,7 +96,7 @@ def feature_lines(features: Mapping[str, Mapping]) -> List[str]:
 def tf_data_snippet(manifest: Mapping) -> str:
   """Plain TensorFlow reading code for this output, runnable as written. The shard files come
   from manifest.json (in shard order), so every --shard-name-template is read right."""
-  from beam_tfrecord.readback import views
+  from beam_tfrecord.schemas import views
   output = _output(manifest)
   split = default_split(manifest)
   try:
@@ -153,7 +155,7 @@ def _command(manifest: Mapping) -> str:
 
 def render(manifest: Mapping) -> str:
   """README.md for the output directory this manifest describes."""
-  from beam_tfrecord.readback import views
+  from beam_tfrecord.schemas import views
   config = manifest.get("config") or {}
   output = _output(manifest)
   name = output.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or output

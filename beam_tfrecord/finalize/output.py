@@ -22,27 +22,12 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.storage import files, paths
-
-MANIFEST = "manifest.json"
-LABEL_MAP = "label_map.pbtxt"
-LABELS_TXT = "labels.txt"   # schemas numbering classes from 0: line i is the name of id i
-OWN_PREFIX = ".beam-tfrecord-"           # every name of ours that is not an output file
-RUN_PREFIX = OWN_PREFIX + "run-"         # a run's directory: staging, then its failure report
-JOURNAL = OWN_PREFIX + "swap.json"       # present only while a commit is replacing files
-LOCK = OWN_PREFIX + "lock"
-
+from beam_tfrecord.storage.layout import (JOURNAL, LABEL_MAP, LABELS_TXT, LOCK, MANIFEST,  # noqa: F401
+                                          OWN_PREFIX, RUN_PREFIX, WORK, kill_point,
+                                          local_work_dir, run_dir)
 
 class OutputNotEmpty(UsageError):
   pass
-
-
-WORK = ".work"  # a run's scratch in its run directory: spilled partitions, sorted runs
-
-
-def local_work_dir(run_id: str) -> str:
-  """Where a local runner keeps a run's scratch when its run directory is not on local disk."""
-  import tempfile
-  return os.path.join(tempfile.gettempdir(), f"beam-tfrecord-work-{run_id}")
 
 
 def remove_work(run_directory: str, run_id: str) -> None:
@@ -51,22 +36,6 @@ def remove_work(run_directory: str, run_id: str) -> None:
   _delete_tree(paths.child(run_directory, WORK))
   if paths.is_remote(run_directory):
     _delete_tree(local_work_dir(run_id))
-
-
-def run_dir(output: str, run_id: str) -> str:
-  """The directory one run writes into before its output replaces the last one."""
-  return paths.join(output, f"{RUN_PREFIX}{run_id}")
-
-
-_KILL_AT = os.environ.get("BEAM_TFRECORD_KILL_AT")  # read once: checked for every image
-
-
-def kill_point(point: str) -> None:
-  """Fault injection for the kill tests: BEAM_TFRECORD_KILL_AT=<point> in the environment of a
-  process it starts with kills it (SIGKILL, no cleanup) when it reaches that point."""
-  if _KILL_AT == point:
-    import signal
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _basename(uri: str) -> str:

@@ -13,7 +13,6 @@ from apache_beam.metrics import Metrics
 
 import beam_tfrecord
 from beam_tfrecord import schemas
-from beam_tfrecord.config import ConvertConfig, input_paths
 from beam_tfrecord.finalize import card
 from beam_tfrecord.finalize import fingerprint as fingerprints
 from beam_tfrecord.finalize import lock as locks
@@ -23,7 +22,7 @@ from beam_tfrecord.finalize.manifest import (empty_splits, error_rate,
                                              lost_records, outcome_of,
                                              split_entries)
 from beam_tfrecord.plan.previous import plan_record
-from beam_tfrecord.prepare import label_map as label_maps
+from beam_tfrecord.records import label_map as label_maps
 from beam_tfrecord.prepare.select import EXCLUDED_PREFIX
 from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.storage import paths
@@ -37,7 +36,7 @@ class Finalize(beam.DoFn):
   """Writes label_map.pbtxt and manifest.json (last) into the run directory; a successful
   run then replaces the output (output.commit), a failed one stays there as its report."""
 
-  def __init__(self, config: ConvertConfig, argv: Sequence[str], run_directory: str,
+  def __init__(self, config, argv: Sequence[str], run_directory: str,
                run_id: str, declared: Sequence[str] = (),
                incremental: Optional[Dict] = None):
     self.config, self.argv = config, list(argv)
@@ -123,7 +122,7 @@ class Finalize(beam.DoFn):
     outputs.kill_point("finalize")
     if outcome == "ok":
       protected = [n for n in (outputs.name_inside(p, self.config.output)
-                               for p in input_paths(self.config)) if n]
+                               for p in self.config.input_paths()) if n]
       outputs.commit(self.config.output, run_directory, manifest, protected)
     # else: the run directory stays as the failed run's report, shards included, so that
     # `verify`/`inspect` can look at it; the next run into this output removes it
@@ -182,7 +181,7 @@ def incremental_summary(incremental: Dict, plan, stats: Sequence[Dict],
           "reused_images": sum(s.get("reused", 0) for s in shards)}
 
 
-def _write_tfds_metadata(run_directory: str, config: ConvertConfig, splits: Dict,
+def _write_tfds_metadata(run_directory: str, config, splits: Dict,
                          label_map: Dict[str, int]) -> None:
   """--layout tfds: dataset_info.json, features.json and the ClassLabel's names beside the
   shards (finalize/tfds_layout.py), so that TFDS loads the directory as it is."""

@@ -6,9 +6,8 @@ import string
 from typing import Dict, Optional, Sequence, Set, Tuple
 
 from beam_tfrecord.errors import UsageError
-from beam_tfrecord.finalize import card, output
 from beam_tfrecord.plan.shard_plan import SplitPlan
-from beam_tfrecord.storage import paths
+from beam_tfrecord.storage import layout, paths
 
 
 def shard_name(split: str, index: int, num_shards: int, suffix: str = ".tfrecord") -> str:
@@ -80,7 +79,7 @@ def check_template(template: str, splits: Optional[Set[str]], num_shards: Option
 
 # Names the run directory holds besides shards (and the error report): a shard may not take
 # one of them, since finalize writes them after the shards and would replace it.
-RESERVED_NAMES = (output.MANIFEST, output.LABEL_MAP, output.LABELS_TXT, card.NAME)
+RESERVED_NAMES = (layout.MANIFEST, layout.LABEL_MAP, layout.LABELS_TXT, layout.CARD)
 _ERROR_FILE = re.compile(r"^errors-\d{5}-of-\d{5}\.jsonl$")
 MAX_ENUMERATED_SHARDS = 256  # check_names enumerates names up to this many shards per split
 

@@ -17,8 +17,8 @@ from beam_tfrecord.errors import UsageError
 from beam_tfrecord.plan.shard_plan import (Bound, PreviousSplit, ShardPlan,
                                            sizes_of)
 from beam_tfrecord.storage import paths
+from beam_tfrecord.storage.layout import MANIFEST
 
-MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 256 << 20
 
 # Settings that change the records of an unchanged image (or which images are accepted, or

@@ -16,7 +16,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_tfrecord.finalize import progress
+from beam_tfrecord.storage import progress
 from beam_tfrecord.plan import naming, runs, shard_plan
 from beam_tfrecord.records import packed
 from beam_tfrecord.storage import paths

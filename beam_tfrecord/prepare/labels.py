@@ -5,7 +5,7 @@ from typing import Dict, Iterable, Mapping, Optional, Tuple
 
 import apache_beam as beam
 
-from beam_tfrecord.prepare import label_map as label_maps
+from beam_tfrecord.records import label_map as label_maps
 from beam_tfrecord.prepare.class_selection import renumber
 from beam_tfrecord.sources.base import SourceOutput
 

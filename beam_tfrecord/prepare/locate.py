@@ -5,11 +5,11 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
-from beam_tfrecord.finalize import output as outputs
 from beam_tfrecord.prepare import splitting
-from beam_tfrecord.prepare.splitting import DEFAULT_SPLIT
+from beam_tfrecord.records.model import DEFAULT_SPLIT
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.storage import paths
+from beam_tfrecord.storage.layout import kill_point
 
 
 def pick_one(uri: str, anns: Iterable[ImageAnnotation]
@@ -29,7 +29,7 @@ def _locate_and_assign(ann: ImageAnnotation, fractions: Optional[Mapping[str, fl
   """Fill in the file size and the split, or report the missing file (one fused step).
   `size` is the file size or InputError when it was looked up already (_locate_batch), or
   the annotation's own size_bytes when its source saw the file (COCO's paths.resolve_sized)."""
-  outputs.kill_point("parse")
+  kill_point("parse")
   try:
     if size is None:
       size = ann.size_bytes if ann.size_bytes is not None else paths.file_size(ann.uri)

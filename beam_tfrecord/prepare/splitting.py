@@ -2,20 +2,9 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Dict, Mapping
 
-DEFAULT_SPLIT = "train"  # images whose source names no split, without --split
-# Split names become file names (SPLIT-00000-of-00004.tfrecord): no separators, no leading dot.
-_SPLIT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-
-
-def check_split_name(name: str) -> str:
-  """The name itself when it is usable as a split (file-name safe), else ValueError."""
-  if not isinstance(name, str) or not _SPLIT_NAME.fullmatch(name):
-    raise ValueError(f"split name {name!r} must be letters, digits, '_', '.', '-' "
-                     "and not start with '.' or '-'")
-  return name
+from beam_tfrecord.records.model import check_split_name
 
 
 def parse_split_fractions(text: str) -> Dict[str, float]:

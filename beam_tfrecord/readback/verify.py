@@ -91,7 +91,6 @@ def repair_output(output: str, break_lock: bool = False) -> Optional[str]:
 def check(output: str, repair: bool = False, break_lock: bool = False
           ) -> Tuple[int, List[str], List[str]]:
   """(records parsed, problems, notes). No problems means the output is sound."""
-  from beam_tfrecord.prepare import label_map as label_maps
   from beam_tfrecord.readback import reader
   notes: List[str] = []
   if repair:
@@ -149,7 +148,7 @@ def check(output: str, repair: bool = False, break_lock: bool = False
     try:
       from beam_tfrecord import \
           schemas  # classification numbers classes from 0
-      on_disk = label_maps.read(paths.join(output, outputs.LABEL_MAP),
+      on_disk = files.read_label_map(paths.join(output, outputs.LABEL_MAP),
                                 schemas.first_id_of(manifest.get("schema")))
       if on_disk != manifest.get("label_map"):
         problems.append(f"{outputs.LABEL_MAP}: differs from the manifest's label map")

@@ -1,13 +1,28 @@
 """Plain records that travel through the pipeline. No Beam, no TensorFlow.
 
 Everything here is small (paths, numbers, labels): these are the only things that may go
-through a GroupByKey. Image bytes never live in these records.
+through a GroupByKey. Image bytes never live in these records, except PreparedImage: the
+shard writer's image in hand, which the schemas encode and nothing groups.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import re
 from typing import Any, Optional, Tuple
+
+DEFAULT_SPLIT = "train"  # images whose source names no split, without --split
+# Split names become file names (SPLIT-00000-of-00004.tfrecord): no separators, no leading dot.
+_SPLIT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def check_split_name(name: str) -> str:
+  """The name itself when it is usable as a split (file-name safe), else ValueError."""
+  if not isinstance(name, str) or not _SPLIT_NAME.fullmatch(name):
+    raise ValueError(f"split name {name!r} must be letters, digits, '_', '.', '-' "
+                     "and not start with '.' or '-'")
+  return name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,3 +128,24 @@ class InputError(Exception):
   def record(self, source: str, key: Optional[str] = None, level: str = "image") -> ErrorRecord:
     return ErrorRecord(source=source, stage=self.stage, reason=self.reason,
                        message=self.message, key=key, level=level)
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageInfo:
+  format: str
+  width: int          # as stored (before EXIF orientation)
+  height: int
+  channels: int       # what tf.io.decode_image(channels=0) returns
+  orientation: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedImage:
+  encoded: bytes
+  info: ImageInfo          # of the encoded bytes (orientation 1 after reorienting)
+  source: ImageInfo        # of the original file
+  sha256_hex: Optional[str] = None  # of `encoded`, when already computed (the read-ahead)
+
+  def sha256(self) -> str:
+    """Hex SHA-256 of the encoded bytes (`image/key/sha256`)."""
+    return self.sha256_hex or hashlib.sha256(self.encoded).hexdigest()

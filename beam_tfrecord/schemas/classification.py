@@ -12,7 +12,7 @@ from typing import Dict, Mapping, Optional, Tuple
 from beam_tfrecord.records.model import ImageAnnotation, InputError
 from beam_tfrecord.schemas import base, od_api
 from beam_tfrecord.schemas.base import Encoded
-from beam_tfrecord.write.images import PreparedImage
+from beam_tfrecord.records.model import PreparedImage
 
 NAME = "classification"
 FIRST_ID = 0

@@ -15,7 +15,7 @@ from typing import List, Mapping, Optional
 
 from beam_tfrecord.records.model import ImageAnnotation, InputError
 from beam_tfrecord.schemas import base
-from beam_tfrecord.write.images import PreparedImage
+from beam_tfrecord.records.model import PreparedImage
 
 NAME = "coco-objects"
 FIRST_ID = 1

@@ -11,7 +11,7 @@ from beam_tfrecord.records import protos
 from beam_tfrecord.records.model import ImageAnnotation
 from beam_tfrecord.schemas import base
 from beam_tfrecord.schemas.base import Encoded
-from beam_tfrecord.write.images import PreparedImage
+from beam_tfrecord.records.model import PreparedImage
 
 NAME = "od_api"
 FIRST_ID = 1      # 0 is background in the TF OD API

@@ -19,7 +19,7 @@ from typing import Mapping, Optional
 from beam_tfrecord.records.model import ImageAnnotation
 from beam_tfrecord.schemas import base
 from beam_tfrecord.schemas.coco_objects import image_id
-from beam_tfrecord.write.images import PreparedImage
+from beam_tfrecord.records.model import PreparedImage
 
 NAME = "tfds_detection"
 FIRST_ID = 0      # a ClassLabel counts from 0

@@ -9,7 +9,7 @@ from typing import Mapping, Optional
 
 from beam_tfrecord.records.model import ImageAnnotation, InputError
 from beam_tfrecord.schemas import base
-from beam_tfrecord.write.images import PreparedImage
+from beam_tfrecord.records.model import PreparedImage
 
 NAME = "tfds_image_folder"
 FIRST_ID = 0

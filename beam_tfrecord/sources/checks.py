@@ -7,7 +7,6 @@ import os
 from typing import Optional
 
 from beam_tfrecord.errors import UsageError
-from beam_tfrecord.prepare import label_map as label_maps
 from beam_tfrecord.storage import files, paths
 
 
@@ -60,7 +59,7 @@ def check_directory(uri: str, what: str) -> None:
 
 def check_label_map(uri: str, min_id: int = 1) -> None:
   try:
-    label_maps.read(uri, min_id)
+    files.read_label_map(uri, min_id)
   except ValueError as e:
     raise UsageError(f"--label-map {uri}: {e}") from None
   except Exception as e:  # missing, unreadable

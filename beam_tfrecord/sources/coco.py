@@ -20,12 +20,12 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import apache_beam as beam
 
 from beam_tfrecord.errors import UsageError
-from beam_tfrecord.prepare.splitting import DEFAULT_SPLIT
+from beam_tfrecord.records.model import DEFAULT_SPLIT
 from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
                                          InputError, ObjectAnnotation)
 from beam_tfrecord.sources.base import SourceOutput
 from beam_tfrecord.storage import paths
-from beam_tfrecord.write import masks
+from beam_tfrecord.records import masks
 
 SECTIONS = ("images", "annotations", "categories")
 

@@ -25,7 +25,7 @@ from typing import (Any, Dict, Iterator, List, Mapping, NamedTuple, Optional,
 
 import apache_beam as beam
 
-from beam_tfrecord.prepare.splitting import check_split_name
+from beam_tfrecord.records.model import check_split_name
 from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
                                          InputError, ObjectAnnotation)
 from beam_tfrecord.sources.base import SourceOutput

@@ -37,13 +37,13 @@ from typing import (FrozenSet, Iterator, List, NamedTuple, Optional, Sequence,
 
 import apache_beam as beam
 
-from beam_tfrecord.prepare.splitting import check_split_name
+from beam_tfrecord.records.model import check_split_name
 from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
                                          InputError, ObjectAnnotation)
 from beam_tfrecord.sources.base import SourceOutput
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.files import exists, is_dir, list_dir, open_read
-from beam_tfrecord.write import masks
+from beam_tfrecord.records import masks
 
 EXPORT_FILE = "annotations.xml"  # the file of a CVAT export (and of each split folder)
 VERSION = "1.1"

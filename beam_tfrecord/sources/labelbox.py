@@ -195,7 +195,7 @@ def parse_object(obj: Any, include_masks: bool = False) -> Optional[ObjectAnnota
 
 
 def _polygon_mask(flat: Sequence[float]) -> str:
-  from beam_tfrecord.write import masks
+  from beam_tfrecord.records import masks
   return masks.to_json([list(flat)])
 
 
@@ -621,7 +621,7 @@ def check(config) -> None:
 
 
 def possible_splits(config) -> Optional[set]:
-  from beam_tfrecord.prepare.splitting import DEFAULT_SPLIT
+  from beam_tfrecord.records.model import DEFAULT_SPLIT
   return {split or DEFAULT_SPLIT for split, _ in map(paths.parse_assignment, config.inputs)}
 
 

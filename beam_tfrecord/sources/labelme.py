@@ -40,14 +40,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
-from beam_tfrecord.prepare.splitting import DEFAULT_SPLIT
+from beam_tfrecord.records.model import DEFAULT_SPLIT
 from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
                                          InputError, ObjectAnnotation)
 from beam_tfrecord.sources.base import SourceOutput, is_hidden
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.files import (EMBEDDED, exists, list_dir, list_tree,
                                           open_read, read_text)
-from beam_tfrecord.write import masks
+from beam_tfrecord.records import masks
 
 # Budgets of one LabelMe JSON. imageData (base64, 4/3 of the image) makes files large: 64 MB
 # holds a 48 MB photo. LabelMe nests 5 deep (file/shapes/shape/points/point); flags and

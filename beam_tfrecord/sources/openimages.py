@@ -53,7 +53,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Uni
 import apache_beam as beam
 
 from beam_tfrecord.errors import UsageError
-from beam_tfrecord.prepare.splitting import DEFAULT_SPLIT
+from beam_tfrecord.records.model import DEFAULT_SPLIT
 from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
                                          InputError, ObjectAnnotation)
 from beam_tfrecord.sources import csv as csv_source

@@ -14,7 +14,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
-from beam_tfrecord.prepare.splitting import DEFAULT_SPLIT
+from beam_tfrecord.records.model import DEFAULT_SPLIT
 from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
                                          InputError, ObjectAnnotation)
 from beam_tfrecord.sources.base import SourceOutput, is_hidden

@@ -34,7 +34,7 @@ from beam_tfrecord.sources.base import (SourceOutput, image_extensions,
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.files import (exists, list_dir, list_tree, parent,
                                          read_text)
-from beam_tfrecord.write import masks
+from beam_tfrecord.records import masks
 
 LOG = logging.getLogger("beam_tfrecord")
 YAML_SPLITS = ("train", "val", "test")          # Ultralytics keys, kept as split names

@@ -10,6 +10,7 @@ from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.records.model import InputError
+from beam_tfrecord.records import label_map as label_maps
 from beam_tfrecord.storage import gcs, paths
 from beam_tfrecord.storage.paths import is_remote
 
@@ -327,3 +328,13 @@ def _read_gcs(uri: str, limit: int, size: Optional[int]) -> bytes:
         "read", "image_too_large", f"{uri} has more than {limit} bytes, over "
         f"--max-image-bytes {limit}"))
   return data
+
+
+def read_label_map(path: str, min_id: int = 1) -> Dict[str, int]:
+  """A label_map.pbtxt as {name: id} (ValueError when malformed; see records/label_map)."""
+  if path.endswith((".gz", ".bz2", ".zst", ".deflate")) or paths.is_remote(path):
+    from apache_beam.io.filesystems import FileSystems  # decompresses by extension
+    with FileSystems.open(path) as f:
+      return label_maps.parse(f.read().decode("utf-8"), min_id)
+  with open(path, "rb") as f:
+    return label_maps.parse(f.read().decode("utf-8"), min_id)

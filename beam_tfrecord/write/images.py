@@ -26,7 +26,7 @@ from typing import Optional, Tuple
 
 from PIL import Image, ImageOps
 
-from beam_tfrecord.records.model import InputError
+from beam_tfrecord.records.model import ImageInfo, InputError, PreparedImage
 
 PASSTHROUGH = ("jpeg", "png")
 IMAGE_FORMATS = ("keep", "jpeg", "png")
@@ -54,15 +54,6 @@ def sniff_format(data: bytes) -> Optional[str]:
   if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
     return "webp"
   return None
-
-
-@dataclasses.dataclass(frozen=True)
-class ImageInfo:
-  format: str
-  width: int          # as stored (before EXIF orientation)
-  height: int
-  channels: int       # what tf.io.decode_image(channels=0) returns
-  orientation: int = 1
 
 
 def _channels(image: Image.Image) -> int:
@@ -233,18 +224,6 @@ def output_format(source_format: str, pre: Preprocess) -> str:
   if pre.image_format != "keep":
     return pre.image_format
   return source_format if source_format in PASSTHROUGH else "png"
-
-
-@dataclasses.dataclass(frozen=True)
-class PreparedImage:
-  encoded: bytes
-  info: ImageInfo          # of the encoded bytes (orientation 1 after reorienting)
-  source: ImageInfo        # of the original file
-  sha256_hex: Optional[str] = None  # of `encoded`, when already computed (the read-ahead)
-
-  def sha256(self) -> str:
-    """Hex SHA-256 of the encoded bytes (`image/key/sha256`)."""
-    return self.sha256_hex or hashlib.sha256(self.encoded).hexdigest()
 
 
 def _has_alpha(image: Image.Image) -> bool:

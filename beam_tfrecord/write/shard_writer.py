@@ -22,13 +22,13 @@ import threading
 import uuid
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-from beam_tfrecord.finalize import progress
-from beam_tfrecord.finalize.output import kill_point
+from beam_tfrecord.storage import progress
 from beam_tfrecord.plan import naming, runs
 from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.records.tfrecord import framing
 from beam_tfrecord.storage import paths
+from beam_tfrecord.storage.layout import kill_point
 from beam_tfrecord.storage.prefetch import prefetch
 from beam_tfrecord.write import shard_index
 from beam_tfrecord.write.encode import (Converted, EncodeOptions, convert,

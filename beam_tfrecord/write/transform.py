@@ -19,12 +19,12 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_tfrecord.finalize.output import kill_point
 from beam_tfrecord.plan import naming, runs
 from beam_tfrecord.plan.previous import Previous
 from beam_tfrecord.plan.shard_plan import ShardPlan
 from beam_tfrecord.records.model import ImageAnnotation
 from beam_tfrecord.storage import paths
+from beam_tfrecord.storage.layout import kill_point
 from beam_tfrecord.write.encode import EncodeOptions, convert
 from beam_tfrecord.write.shard_writer import (ShardResult, ShardTask,
                                               WriterPool, add_example,

@@ -538,7 +538,7 @@ def test_coco_unicode_class_names(coco_main, tmp_path):
   with open(os.path.join(run.output, "label_map.pbtxt"), encoding="utf-8") as f:
     text = f.read()
   assert "café ☕" in text  # raw UTF-8, not octal escapes
-  from beam_tfrecord.prepare import label_map
+  from beam_tfrecord.records import label_map
   parsed = label_map.parse(text)
   assert parsed["café ☕"] == 3 and parsed['猫 "neko"'] == 4
   assert run.manifest["label_map"]["café ☕"] == 3

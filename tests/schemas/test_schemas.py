@@ -7,7 +7,7 @@ import pytest
 
 from beam_tfrecord import schemas
 from beam_tfrecord.config import ConvertConfig
-from beam_tfrecord.prepare import label_map
+from beam_tfrecord.records import label_map
 
 
 def test_registry_and_label_files():

@@ -20,7 +20,7 @@ from PIL import Image
 
 from beam_tfrecord.records.model import InputError
 from beam_tfrecord.sources import labelme
-from beam_tfrecord.write import masks
+from beam_tfrecord.records import masks
 
 
 def _shape(label, points, shape_type="rectangle", group_id=None, **extra):

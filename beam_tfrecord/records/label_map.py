@@ -6,7 +6,6 @@ from typing import Dict, Iterable, Mapping
 from google.protobuf import text_format
 
 from beam_tfrecord.records import protos
-from beam_tfrecord.storage import paths
 
 
 def from_names(names: Iterable[str], first_id: int = 1) -> Dict[str, int]:
@@ -53,12 +52,3 @@ def to_lines(label_map: Mapping[str, int]) -> str:
     by_id.setdefault(label_id, name)
   size = max(label_map.values(), default=-1) + 1
   return "".join(f"{by_id.get(i, '')}\n" for i in range(size))
-
-
-def read(path: str, min_id: int = 1) -> Dict[str, int]:
-  if path.endswith((".gz", ".bz2", ".zst", ".deflate")) or paths.is_remote(path):
-    from apache_beam.io.filesystems import FileSystems  # decompresses by extension
-    with FileSystems.open(path) as f:
-      return parse(f.read().decode("utf-8"), min_id)
-  with open(path, "rb") as f:
-    return parse(f.read().decode("utf-8"), min_id)

@@ -1,11 +1,12 @@
-"""prepare/label_map.py: label_map.pbtxt (the TF OD API's StringIntLabelMap) read and written."""
+"""records/label_map.py: label_map.pbtxt (the TF OD API's StringIntLabelMap) read and written."""
 from __future__ import annotations
 
 import re
 
 import pytest
 
-from beam_tfrecord.prepare import label_map
+from beam_tfrecord.records import label_map
+from beam_tfrecord.storage.files import read_label_map
 
 NAMES = {"person": 1, "cat": 17, "dog": 18, "café": 5, "猫": 40, "o'brien": 2, 'say "hi"': 3,
          "back\\slash": 4, "toothbrush": 90}
@@ -16,7 +17,7 @@ def test_label_map_round_trip_with_non_ascii(tmp_path):
   assert label_map.parse(text) == NAMES
   path = tmp_path / "label_map.pbtxt"
   path.write_bytes(text.encode("utf-8"))
-  assert label_map.read(str(path)) == NAMES
+  assert read_label_map(str(path)) == NAMES
   assert "café" in text and "猫" in text  # written as UTF-8, readable by people
 
 

@@ -1,4 +1,4 @@
-"""write/masks.py and --include-masks: COCO polygons and RLE (crowd included) -> image/object/mask.
+"""records/masks.py and --include-masks: COCO polygons and RLE (crowd included) -> image/object/mask.
 
 The fixture (tests/coco_masks.py) is a COCO instances file laid out like COCO's own: polygons (one
 object in two parts), a crowd region as uncompressed RLE (as COCO writes crowds), a compressed RLE
@@ -16,7 +16,7 @@ from coco_masks import H, W, _rle, make_coco
 from PIL import Image, ImageDraw
 
 from beam_tfrecord.records.model import InputError
-from beam_tfrecord.write import masks
+from beam_tfrecord.records import masks
 
 
 def decode_like_official(serialized: bytes) -> dict:

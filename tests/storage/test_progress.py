@@ -1,4 +1,4 @@
-"""finalize/progress.py: progress in images while a conversion runs, in-process and across
+"""storage/progress.py: progress in images while a conversion runs, in-process and across
 processes."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from conftest import make_dataset
 
 from beam_tfrecord import config as config_mod
-from beam_tfrecord.finalize import progress
+from beam_tfrecord.storage import progress
 from beam_tfrecord.plan import transform as plan_stage
 from beam_tfrecord.prepare import labels as label_stage
 from beam_tfrecord.prepare import locate
