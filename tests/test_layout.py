@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "beam_tfrecord"
 # Remote paths still reach Beam's FileSystems, imported inside the function that needs it.
 BEAM_FREE = [
     "beam_tfrecord", "beam_tfrecord.cli", "beam_tfrecord.config", "beam_tfrecord.errors",
-    "beam_tfrecord.reader", "beam_tfrecord.sample",
+    "beam_tfrecord.reader", "beam_tfrecord.sample", "beam_tfrecord.reasons",
     # the stage packages themselves (their __init__ holds only a docstring)
     "beam_tfrecord.records", "beam_tfrecord.storage", "beam_tfrecord.sources",
     "beam_tfrecord.prepare", "beam_tfrecord.plan", "beam_tfrecord.write",
@@ -28,7 +28,7 @@ BEAM_FREE = [
     "beam_tfrecord.records.masks", "beam_tfrecord.storage.layout", "beam_tfrecord.schemas.views",
     "beam_tfrecord.storage.paths", "beam_tfrecord.storage.files", "beam_tfrecord.storage.gcs",
     "beam_tfrecord.storage.prefetch", "beam_tfrecord.storage.spill", "beam_tfrecord.storage.progress",
-    "beam_tfrecord.sources.checks", "beam_tfrecord.sources.detect", "beam_tfrecord.schemas.base",
+    "beam_tfrecord.sources.checks", "beam_tfrecord.sources.detect", "beam_tfrecord.sources.depth", "beam_tfrecord.schemas.base",
     "beam_tfrecord.prepare.splitting", "beam_tfrecord.records.label_map",
     "beam_tfrecord.prepare.class_selection",
     "beam_tfrecord.plan.shard_plan", "beam_tfrecord.plan.naming", "beam_tfrecord.plan.runs",
