@@ -25,7 +25,7 @@ BEAM_FREE = [
     "beam_tfrecord.finalize", "beam_tfrecord.readback", "beam_tfrecord.sources.registry",
     "beam_tfrecord.records.model", "beam_tfrecord.records.plain", "beam_tfrecord.records.packed",
     "beam_tfrecord.records.boxes", "beam_tfrecord.records.protos", "beam_tfrecord.records.tfrecord",
-    "beam_tfrecord.records.masks", "beam_tfrecord.storage.layout", "beam_tfrecord.schemas.views",
+    "beam_tfrecord.records.masks", "beam_tfrecord.records.manifest", "beam_tfrecord.storage.layout", "beam_tfrecord.schemas.views",
     "beam_tfrecord.storage.paths", "beam_tfrecord.storage.files", "beam_tfrecord.storage.gcs",
     "beam_tfrecord.storage.prefetch", "beam_tfrecord.storage.spill", "beam_tfrecord.storage.progress",
     "beam_tfrecord.sources.checks", "beam_tfrecord.sources.detect", "beam_tfrecord.sources.depth", "beam_tfrecord.schemas.base",

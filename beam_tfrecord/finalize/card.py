@@ -11,8 +11,10 @@ the input (classes, splits, files) are escaped for Markdown tables and HTML: a c
 from __future__ import annotations
 
 import shlex
-from typing import Dict, List, Mapping, Sequence
+from typing import Dict, List, Mapping, Sequence, Union
 
+from beam_tfrecord.records.manifest import Manifest
+from beam_tfrecord.schemas import views
 from beam_tfrecord.storage import layout
 
 NAME = layout.CARD
@@ -77,8 +79,8 @@ def _py(value: str) -> str:
   return repr(value).replace("`", "\\x60")
 
 
-def default_split(manifest: Mapping) -> str:
-  splits = list(manifest.get("splits") or {})
+def default_split(manifest: Union[Manifest, Mapping]) -> str:
+  splits = list(Manifest.of(manifest).splits)
   return "train" if "train" in splits else (splits[0] if splits else "train")
 
 
@@ -93,10 +95,10 @@ def feature_lines(features: Mapping[str, Mapping]) -> List[str]:
   return lines + ["}"]
 
 
-def tf_data_snippet(manifest: Mapping) -> str:
+def tf_data_snippet(manifest: Union[Manifest, Mapping]) -> str:
   """Plain TensorFlow reading code for this output, runnable as written. The shard files come
   from manifest.json (in shard order), so every --shard-name-template is read right."""
-  from beam_tfrecord.schemas import views
+  manifest = Manifest.of(manifest)
   output = _output(manifest)
   split = default_split(manifest)
   try:
@@ -105,7 +107,7 @@ def tf_data_snippet(manifest: Mapping) -> str:
     image_key = None
   lines = ["import json", "", "import tensorflow as tf", "",
            f"OUTPUT = {_py(output)}  # this directory", ""]
-  lines += feature_lines(manifest.get("features") or {})
+  lines += feature_lines(manifest.features)
   lines += ["", "",
             "def parse(record):",
             "    return tf.io.parse_single_example(record, feature_description)",
@@ -125,14 +127,13 @@ def tf_data_snippet(manifest: Mapping) -> str:
   return "\n".join(lines)
 
 
-def tfds_snippet(manifest: Mapping) -> List[str]:
+def tfds_snippet(manifest: Manifest) -> List[str]:
   """--layout tfds: the keras-io RetinaNet example's loading code, only the name changed."""
-  config = manifest.get("config") or {}
-  if config.get("layout") != "tfds":
+  if manifest.setting("layout") != "tfds":
     return []
-  name, root = config.get("dataset_name") or "", config.get("tfds_root") or "."
-  splits = list(manifest.get("splits") or {})
-  labels = "objects" if manifest.get("schema") == "tfds_detection" else None
+  name, root = manifest.setting("dataset_name") or "", manifest.setting("tfds_root") or "."
+  splits = list(manifest.splits)
+  labels = "objects" if manifest.schema == "tfds_detection" else None
   names = (f"dataset_info.features[{_py('objects')}][{_py('label')}].names" if labels
            else f"dataset_info.features[{_py('label')}].names")
   return ["With TensorFlow Datasets (the keras-io RetinaNet example's loading code, only the "
@@ -143,39 +144,37 @@ def tfds_snippet(manifest: Mapping) -> List[str]:
           f"# or: tfds.builder_from_directory({_py(_output(manifest))})", "```", ""]
 
 
-def _output(manifest: Mapping) -> str:
-  output = (manifest.get("config") or {}).get("output") or "."
+def _output(manifest: Manifest) -> str:
+  output = manifest.setting("output") or "."
   return output.rstrip("/") or output  # OUTPUT + '/name' must not make a '//' object name
 
 
-def _command(manifest: Mapping) -> str:
-  args = list(manifest.get("args") or [])
+def _command(manifest: Manifest) -> str:
+  args = list(manifest.args)
   return "beam-tfrecord " + shlex.join(args) if args else "(not recorded)"
 
 
-def render(manifest: Mapping) -> str:
+def render(manifest: Union[Manifest, Mapping]) -> str:
   """README.md for the output directory this manifest describes."""
-  from beam_tfrecord.schemas import views
-  config = manifest.get("config") or {}
+  manifest = Manifest.of(manifest)
   output = _output(manifest)
   name = output.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or output
-  splits: Mapping[str, Mapping] = manifest.get("splits") or {}
-  totals = manifest.get("totals") or {}
-  errors = manifest.get("errors") or {}
-  label_map: Mapping[str, int] = manifest.get("label_map") or {}
+  splits, totals, errors = manifest.splits, manifest.totals, manifest.errors
+  label_map = manifest.label_map
   split = default_split(manifest)
 
   out = [f"# {_text(name)}: dataset card", "",
          f"TFRecord files of `tf.train.Example`, converted by beam-tfrecord "
-         f"{manifest.get('version', '?')} on {manifest.get('created', '?')}. "
-         f"Status: **{manifest.get('status', '?')}**. This card is generated from "
+         f"{manifest.version or '?'} on {manifest.created or '?'}. "
+         f"Status: **{manifest.status or '?'}**. This card is generated from "
          f"`manifest.json`, which has the same numbers for programs.", ""]
-  source = [("source format", _code(str(manifest.get("format")))),
-            ("annotations", ", ".join(_code(i) for i in config.get("inputs") or []) or "-"),
-            ("images", ", ".join(_code(i) for i in config.get("images") or [])
+  source = [("source format", _code(manifest.format or "None")),
+            ("annotations", ", ".join(_code(i) for i in manifest.setting("inputs") or [])
+             or "-"),
+            ("images", ", ".join(_code(i) for i in manifest.setting("images") or [])
              or "next to the annotations"),
-            ("schema", _code(str(manifest.get("schema")))),
-            ("writer", _code(str(manifest.get("sink")))),
+            ("schema", _code(manifest.schema)),
+            ("writer", _code(manifest.sink)),
             ("command", _code(_command(manifest)))]
   renamed = views.renames(manifest)
   if renamed:
@@ -184,10 +183,10 @@ def render(manifest: Mapping) -> str:
   out += _table(["", ""], source, right=2) + [""]
 
   out += ["## Splits", ""]
-  rows = [(_text(s), e.get("examples"), e.get("objects"), e.get("num_shards"),
-           f"{(e.get('bytes') or 0) / 1e6:.2f}") for s, e in splits.items()]
+  rows = [(_text(s), e.examples, e.objects, e.num_shards, f"{e.bytes / 1e6:.2f}")
+          for s, e in splits.items()]
   rows.append(("**total**", totals.get("examples"), totals.get("objects"),
-               sum(e.get("num_shards") or 0 for e in splits.values()),
+               manifest.num_shards,
                f"{(totals.get('bytes') or 0) / 1e6:.2f}"))
   out += _table(["split", "examples", "objects", "shards", "MB"], rows) + [""]
   extra = []
@@ -199,16 +198,15 @@ def render(manifest: Mapping) -> str:
 
   out += ["## Classes", "", "Objects (or, for classification, examples) per class and split; "
           "ids as in `label_map.pbtxt`.", ""]
-  names = sorted(set(label_map) | {c for e in splits.values() for c in e.get("classes") or {}},
+  names = sorted(set(label_map) | {c for e in splits.values() for c in e.classes},
                  key=lambda c: (label_map.get(c, 1 << 62), c))
-  rows = [(label_map.get(c, "-"), _text(c),
-           *[(e.get("classes") or {}).get(c, 0) for e in splits.values()],
-           sum((e.get("classes") or {}).get(c, 0) for e in splits.values())) for c in names]
+  rows = [(label_map.get(c, "-"), _text(c), *[e.classes.get(c, 0) for e in splits.values()],
+           sum(e.classes.get(c, 0) for e in splits.values())) for c in names]
   out += _table(["id", "class", *map(_text, splits), "total"], rows, right=2) + [""]
 
   out += ["## Features", "", "Keys with one value per example are read as "
           "`tf.io.FixedLenFeature([])`; lists (per object) as `tf.io.VarLenFeature`.", ""]
-  features: Mapping[str, Mapping] = manifest.get("features") or {}
+  features: Mapping[str, Mapping] = manifest.features
   out += _table(["key", "type", "values"], [
       (_code(k), _PY_TYPES.get(f["dtype"], f["dtype"]),
        "one per example" if f.get("kind") == "fixed" else "list")
@@ -226,17 +224,17 @@ def render(manifest: Mapping) -> str:
 
   out += tfds_snippet(manifest)
   out += ["## Errors", ""]
-  count = errors.get("count", 0)
+  count = errors.count
   if not count:
     out += ["No input was rejected.", ""]
   else:
-    files = ", ".join(_code(f, table=False) for f in errors.get("files") or [])
+    files = ", ".join(_code(f, table=False) for f in errors.files)
     out += [f"{count} inputs were rejected or warned about (error rate "
-            f"{errors.get('rate', 0):.4g}); one JSON line each in "
+            f"{errors.rate:.4g}); one JSON line each in "
             f"{files or '`errors-*.jsonl`'}.", ""]
     out += _table(["reason", "count"], [(_text(k), v) for k, v in sorted(
-        (errors.get("by_reason") or {}).items(), key=lambda kv: (-kv[1], kv[0]))]) + [""]
-    levels: Dict[str, int] = errors.get("by_level") or {}
+        errors.by_reason.items(), key=lambda kv: (-kv[1], kv[0]))]) + [""]
+    levels: Dict[str, int] = errors.by_level
     if levels:
       out += ["By level: " + ", ".join(f"{_text(k)} {v}" for k, v in levels.items()) + ".",
               ""]

@@ -257,17 +257,17 @@ def compute(config) -> Dict:
   return combine(digests, settings_of(config), beam_tfrecord.__version__)
 
 
-def recorded(output: str) -> Tuple[Optional[Dict], Optional[Dict]]:
+def recorded(output: str) -> Tuple[Optional[Manifest], Optional[Dict]]:
   """(manifest, its source_fingerprint) of the last successful run in `output`, else
   (manifest or None, None): no manifest, an unreadable one, or one whose status is not ok."""
   from beam_tfrecord.finalize import output as outputs
   try:
-    manifest = outputs.read_manifest(output)
+    manifest = outputs.load_manifest(output)
   except Exception:  # no finished run there (or unreadable): convert
     return None, None
-  if manifest.get("status", "ok") != "ok":
+  if (manifest.status or "ok") != "ok":
     return manifest, None
-  return manifest, manifest.get("source_fingerprint")
+  return manifest, manifest.source_fingerprint
 
 
 def compare(current: Dict, output: str) -> Dict:
@@ -275,7 +275,7 @@ def compare(current: Dict, output: str) -> Dict:
   {"current", "recorded", "created" (of that run), "unchanged": bool}."""
   manifest, last = recorded(output)
   return {"current": current, "recorded": last,
-          "created": manifest.get("created") if manifest else None,
+          "created": manifest.created or None if manifest else None,
           "unchanged": same(current, last)}
 
 

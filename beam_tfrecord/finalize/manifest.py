@@ -1,10 +1,12 @@
-"""What a finished run's manifest says: per-split entries, error rate, outcome. Pure."""
+"""What a finished run's manifest says: per-split entries, error rate, outcome. Pure. The
+manifest's types are records/manifest.py."""
 from __future__ import annotations
 
 import posixpath
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from beam_tfrecord.plan.shard_plan import SplitPlan
+from beam_tfrecord.records.manifest import ShardInfo, SplitInfo
 from beam_tfrecord.storage import paths
 from beam_tfrecord.write.shard_writer import merge_stats, new_stats
 
@@ -33,33 +35,33 @@ def error_rate(images: int, levels: Mapping[str, int]) -> float:
   return rejected / seen if seen else (1.0 if rejected else 0.0)
 
 
-def split_entries(stats: Sequence[Dict], beam_files: Sequence[str]) -> Dict[str, Dict]:
+def split_entries(stats: Sequence[Dict], beam_files: Sequence[str]) -> Dict[str, SplitInfo]:
   """Manifest entries per split: shard stats merged (sink.merge_stats) plus the shard list."""
   by_split: Dict[str, List[Dict]] = {}
   for s in sorted(stats, key=lambda s: (s["split"], -1 if s["shard"] is None else s["shard"])):
     by_split.setdefault(s["split"], []).append(s)
-  shard_files: Dict[str, List[Dict]] = {
-      split: [{"path": s["path"], "examples": s["examples"], "objects": s["objects"],
-               "bytes": s["bytes"]} for s in items if s["shard"] is not None]
+  shard_files: Dict[str, List[ShardInfo]] = {
+      split: [ShardInfo(s["path"], s["examples"], s["objects"], s["bytes"])
+              for s in items if s["shard"] is not None]
       for split, items in by_split.items()}
   for path in sorted(beam_files):  # --sink beam: per-file counts are unknown
     name = posixpath.basename(path.replace("\\", "/"))
     shard_files.setdefault(name.rsplit("-", 3)[0], []).append(
-        {"path": name, "examples": None, "objects": None, "bytes": paths.size_of(path)})
+        ShardInfo(name, None, None, paths.size_of(path)))
   splits = {}
   for split, files in sorted(shard_files.items()):
     total = merge_stats(by_split.get(split) or [new_stats(split, None, "")])
-    splits[split] = {
-        "examples": total["examples"], "images": total["images"], "objects": total["objects"],
-        "bytes": sum(f["bytes"] for f in files) if beam_files else total["bytes"],
-        "clipped_boxes": total["clipped"], "reoriented_images": total["reoriented"],
-        "classes": total["classes"], "shards": files, "num_shards": len(files)}
+    splits[split] = SplitInfo(
+        examples=total["examples"], images=total["images"], objects=total["objects"],
+        bytes=sum(f.bytes for f in files) if beam_files else total["bytes"],
+        clipped_boxes=total["clipped"], reoriented_images=total["reoriented"],
+        classes=total["classes"], shards=tuple(files))
   return splits
 
 
-def empty_splits(declared: Sequence[str], splits: Mapping[str, Mapping]) -> List[str]:
+def empty_splits(declared: Sequence[str], splits: Mapping[str, SplitInfo]) -> List[str]:
   """The splits declared before running (by the source, or --split) that hold no example."""
-  return sorted(s for s in set(declared) if not (splits.get(s) or {}).get("examples"))
+  return sorted(s for s in set(declared) if s not in splits or not splits[s].examples)
 
 
 def main_reasons(reasons: Mapping[str, int], top: int = 3) -> str:

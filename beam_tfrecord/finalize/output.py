@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 from beam_tfrecord.errors import UsageError
+from beam_tfrecord.records.manifest import Manifest
 from beam_tfrecord.storage import files, paths
 from beam_tfrecord.storage.layout import (JOURNAL, LABEL_MAP, LABELS_TXT, LOCK, MANIFEST,  # noqa: F401
                                           OWN_PREFIX, RUN_PREFIX, WORK, kill_point,
@@ -82,6 +83,11 @@ class IncompleteOutput(Exception):
   """The output has no manifest because a run was killed while replacing it."""
 
 
+def load_manifest(output: str) -> Manifest:
+  """The output's manifest.json, typed (ValueError naming a field of the wrong type)."""
+  return Manifest.from_json(read_manifest(output))
+
+
 def read_manifest(output: str) -> Dict:
   try:
     return read_json(paths.join(output, MANIFEST))
@@ -94,21 +100,26 @@ def read_manifest(output: str) -> Dict:
     raise
 
 
-def files_of(manifest: Dict) -> List[str]:
+def files_of(manifest: Union[Manifest, Dict]) -> List[str]:
   """Every file a finished run wrote into the output, manifest.json included. Manifests from
   before the `files` list are read from their shard, error and label map entries.
 
   These are the names an --overwrite deletes, and a manifest is plain JSON anyone can edit:
   UnsafeName (a ValueError) unless every one is a plain name directly inside the output."""
-  if "files" in manifest:
-    listed = manifest["files"]
-    if not isinstance(listed, list):
-      raise paths.UnsafeName(f"'files' is {type(listed).__name__}, not a list of file names")
+  if isinstance(manifest, dict) and not isinstance(manifest.get("files", []), list):
+    raise paths.UnsafeName(f"'files' is {type(manifest['files']).__name__}, not a list of "
+                           "file names")
+  try:
+    manifest = Manifest.of(manifest)
+  except ValueError as e:  # its file list cannot be told: nothing may be deleted by it
+    raise paths.UnsafeName(str(e)) from None
+  if manifest.files is not None:
+    listed = list(manifest.files)
   else:
     listed = [LABEL_MAP]
-    for entry in manifest.get("splits", {}).values():
-      listed.extend(s["path"] for s in entry.get("shards", []))
-    listed.extend(manifest.get("errors", {}).get("files", []))
+    for entry in manifest.splits.values():
+      listed.extend(s.path for s in entry.shards)
+    listed.extend(manifest.errors.files)
   return sorted({paths.plain_name(name) for name in listed} | {MANIFEST})
 
 
@@ -243,7 +254,7 @@ def _linked_copy(src: str, dst: str) -> str:
   return tmp
 
 
-def commit(output: str, run_directory: str, manifest: Dict,
+def commit(output: str, run_directory: str, manifest: Union[Manifest, Dict],
            protected: Iterable[str] = ()) -> None:
   """Replace the output's previous files with the run's (journaled, see the module doc).
 
@@ -256,7 +267,7 @@ def commit(output: str, run_directory: str, manifest: Dict,
   except Exception:
     pass
   old = [f for f in (files_of(previous) if previous else []) if f not in set(protected)]
-  journal = {"run_id": manifest["run_id"], "run_dir": _basename(run_directory),
+  journal = {"run_id": Manifest.of(manifest).run_id, "run_dir": _basename(run_directory),
              "files": files_of(manifest), "old_files": old}
   check_journal(journal)
   write_atomic(output, JOURNAL, json.dumps(journal, indent=1).encode())
@@ -323,27 +334,29 @@ def pending_swap(output: str) -> Optional[Dict]:
   return read_json(uri) if files.exists(uri, strict=True) else None
 
 
-def summary(manifest: Dict, output: str, seconds: Optional[float] = None) -> str:
-  totals, errors = manifest["totals"], manifest["errors"]
+def summary(manifest: Union[Manifest, Dict], output: str,
+            seconds: Optional[float] = None) -> str:
+  manifest = Manifest.of(manifest)
+  totals, errors = manifest.totals, manifest.errors
   # errors.count counts every report; a warning's image was converted all the same
-  warnings = (errors.get("by_level") or {}).get("warning", 0)
+  warnings = errors.warnings
   # a schema writing one record per object (or none for some images): say records, not images
   per_image = totals.get("images", totals["examples"]) == totals["examples"]
   count = "images" if per_image else "records"
-  lines = [f"beam-tfrecord {manifest['version']}: {manifest['format']} -> {output}"]
+  lines = [f"beam-tfrecord {manifest.version}: {manifest.format} -> {output}"]
   lines.append(f"  {'split':<12}{count:>9}{'objects':>10}{'shards':>8}{'MB':>10}")
-  for split, entry in manifest["splits"].items():
-    lines.append(f"  {split:<12}{entry['examples']:>9}{entry['objects']:>10}"
-                 f"{entry['num_shards']:>8}{entry['bytes'] / 1e6:>10.2f}")
+  for split, entry in manifest.splits.items():
+    lines.append(f"  {split:<12}{entry.examples:>9}{entry.objects:>10}"
+                 f"{entry.num_shards:>8}{entry.bytes / 1e6:>10.2f}")
   written = (f"images {totals['examples']}" if per_image else
              f"records {totals['examples']} (of {totals['images']} images)")
   lines.append(f"  {written}, objects {totals['objects']}, classes "
-               f"{len(manifest['label_map'])}, shards "
-               f"{sum(e['num_shards'] for e in manifest['splits'].values())}, clipped boxes "
-               f"{totals['clipped_boxes']}, errors {errors['count'] - warnings}"
+               f"{len(manifest.label_map)}, shards "
+               f"{manifest.num_shards}, clipped boxes "
+               f"{totals['clipped_boxes']}, errors {errors.count - warnings}"
                + (f", warnings {warnings}" if warnings else "")
                + (f", {seconds:.1f} s" if seconds is not None else ""))
-  incremental = manifest.get("incremental")
+  incremental = manifest.incremental
   if incremental:
     shards = incremental["shards"]
     if incremental["mode"] == "incremental":
@@ -354,18 +367,18 @@ def summary(manifest: Dict, output: str, seconds: Optional[float] = None) -> str
                    f"{shards['kept']:,} kept")
     else:
       lines.append(f"  incremental: every image encoded ({incremental['reason']})")
-  excluded = manifest.get("excluded_classes")
+  excluded = manifest.excluded_classes
   if excluded:
     top = sorted(excluded.items(), key=lambda kv: (-kv[1], kv[0]))
     listed = ", ".join(f"{name} {n}" for name, n in top[:8]) + (" ..." if len(top) > 8 else "")
     lines.append(f"  excluded by --classes: {sum(excluded.values())} objects ({listed}); "
                  "images left without objects were kept as background images")
   # excluded_class has its own line above, and no line in errors-*.jsonl
-  listed_reasons = {k: v for k, v in errors["by_reason"].items()
+  listed_reasons = {k: v for k, v in errors.by_reason.items()
                     if not (excluded and k == "excluded_class")}
   if listed_reasons:
     reasons = ", ".join(f"{k} {v}" for k, v in listed_reasons.items())
     kinds = "errors and warnings" if warnings else "errors"
     lines.append(f"  {kinds} by reason: {reasons} (details in "
-                 f"{', '.join(errors['files']) or 'errors-*.jsonl'})")
+                 f"{', '.join(errors.files) or 'errors-*.jsonl'})")
   return "\n".join(lines)

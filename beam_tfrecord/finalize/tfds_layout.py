@@ -17,6 +17,8 @@ import dataclasses
 import re
 from typing import Any, Dict, List, Mapping, Optional
 
+from beam_tfrecord.records.manifest import SplitInfo
+
 TEMPLATE = "{name}-{{split}}.tfrecord-{{index:05d}}-of-{{num_shards:05d}}"
 FILEPATH_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"  # TFDS's default
 DATASET_INFO = "dataset_info.json"
@@ -135,16 +137,16 @@ def features(schema_option: str, num_classes: int, include_masks: bool = False,
   return {"pythonClassName": _DICT, "featuresDict": {"features": top}}
 
 
-def dataset_info(name: str, version: str, splits: Mapping[str, Mapping], schema_option: str,
+def dataset_info(name: str, version: str, splits: Mapping[str, SplitInfo], schema_option: str,
                  description: str, citation: str = "") -> Dict[str, Any]:
-  """dataset_info.json from the manifest's split entries ({split: {"shards": [{"path",
-  "examples", "bytes"}]}}): each split's shard lengths in shard order and its bytes."""
+  """dataset_info.json from the manifest's split entries: each split's shard lengths in
+  shard order and its bytes."""
   entries: List[Dict[str, Any]] = []
   for split, entry in sorted(splits.items()):
-    shards = sorted(entry["shards"], key=lambda s: s["path"])  # names sort in index order
+    shards = sorted(entry.shards, key=lambda s: s.path)  # names sort in index order
     entries.append({"filepathTemplate": FILEPATH_TEMPLATE, "name": split,
-                    "numBytes": str(sum(s["bytes"] for s in shards)),
-                    "shardLengths": [str(s["examples"]) for s in shards]})
+                    "numBytes": str(sum(s.bytes for s in shards)),
+                    "shardLengths": [str(s.examples) for s in shards]})
   info: Dict[str, Any] = {"description": description, "fileFormat": "tfrecord", "name": name,
                           "splits": entries, "version": version}
   if citation:

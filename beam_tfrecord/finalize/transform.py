@@ -23,6 +23,7 @@ from beam_tfrecord.finalize.manifest import (empty_splits, error_rate,
                                              split_entries)
 from beam_tfrecord.plan.previous import plan_record
 from beam_tfrecord.records import label_map as label_maps
+from beam_tfrecord.records.manifest import ErrorSummary, Manifest
 from beam_tfrecord.prepare.select import EXCLUDED_PREFIX
 from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.storage import paths
@@ -69,7 +70,7 @@ class Finalize(beam.DoFn):
     splits = split_entries(stats, beam_files)
     if self.config.layout == "tfds":
       _write_tfds_metadata(run_directory, self.config, splits, label_map)
-    totals = {k: sum(e[k] for e in splits.values())
+    totals = {k: sum(getattr(e, k) for e in splits.values())
               for k in ("examples", "images", "objects", "bytes", "clipped_boxes",
                         "reoriented_images")}
     reasons = {k: v for k, v in sorted(error_counts.items())
@@ -86,39 +87,30 @@ class Finalize(beam.DoFn):
                                       "(--break-lock) while this one ran")
     files = sorted({n for n in outputs.entries(run_directory) if not n.startswith(".")
                     and not n.startswith("beam-temp")} | {card.NAME, MANIFEST})
-    manifest = {
-        "tool": "beam-tfrecord",
-        "version": beam_tfrecord.__version__,
-        "status": status,
-        "outcome": outcome,
-        "run_id": self.run_id,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "schema": schema.name,
-        "format": self.config.format,
-        "sink": self.config.sink,
-        "args": self.argv,
-        "source_fingerprint": fingerprint,
-        "config": dataclasses.asdict(dataclasses.replace(self.config,
-                                                         source_fingerprint=fingerprint)),
-        "features": schema.manifest_features(),
-        "label_map": dict(sorted(label_map.items(), key=lambda kv: kv[1])),
+    manifest = Manifest(
+        version=beam_tfrecord.__version__, status=status, outcome=outcome, run_id=self.run_id,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        schema=schema.name, format=self.config.format, sink=self.config.sink,
+        args=tuple(self.argv), source_fingerprint=fingerprint,
+        config=dataclasses.asdict(dataclasses.replace(self.config,
+                                                      source_fingerprint=fingerprint)),
+        features=schema.manifest_features(),
+        label_map=dict(sorted(label_map.items(), key=lambda kv: kv[1])),
         # where each shard begins: what --plan-from and --incremental read (plan/previous.py)
-        **({"shard_plan": plan_record(plan, stats)} if self.config.sink == "shards" else {}),
-        **({"incremental": incremental_summary(self.incremental, plan, stats, label_map)}
-           if self.incremental is not None else {}),
+        shard_plan=plan_record(plan, stats) if self.config.sink == "shards" else None,
+        incremental=(incremental_summary(self.incremental, plan, stats, label_map)
+                     if self.incremental is not None else None),
         # --classes/--class-map: objects (or image labels) dropped, per source class
-        **({"excluded_classes": excluded} if self.config.class_selection() else {}),
-        "splits": splits,
-        "totals": totals,
-        "errors": {"count": sum(reasons.values()), "rate": rate, "by_level": levels,
-                   "by_reason": reasons,
-                   "files": sorted(posixpath.basename(f.replace("\\", "/")) for f in error_files)},
-        "files": files,
-    }
+        excluded_classes=excluded if self.config.class_selection() else None,
+        splits=splits, totals=totals,
+        errors=ErrorSummary(count=sum(reasons.values()), rate=rate, by_level=levels,
+                            by_reason=reasons, files=tuple(sorted(
+                                posixpath.basename(f.replace("\\", "/")) for f in error_files))),
+        files=tuple(files))
     outputs.write_atomic(run_directory, card.NAME,
                          card.render(manifest).encode("utf-8"))
-    outputs.write_atomic(run_directory, MANIFEST,
-                         json.dumps(manifest, indent=2, ensure_ascii=False).encode("utf-8"))
+    outputs.write_atomic(run_directory, MANIFEST, json.dumps(
+        manifest.to_json(), indent=2, ensure_ascii=False).encode("utf-8"))
     outputs.kill_point("finalize")
     if outcome == "ok":
       protected = [n for n in (outputs.name_inside(p, self.config.output)

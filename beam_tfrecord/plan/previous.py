@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.plan.shard_plan import (Bound, PreviousSplit, ShardPlan,
                                            sizes_of)
+from beam_tfrecord.records.manifest import Manifest
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.layout import MANIFEST
 
@@ -81,10 +82,11 @@ def load(directory: str, option: str = "--plan-from") -> Previous:
   return from_manifest(directory, manifest, option)
 
 
-def from_manifest(directory: str, manifest: Mapping[str, Any],
+def from_manifest(directory: str, manifest: Union[Manifest, Mapping[str, Any]],
                   option: str = "--plan-from") -> Previous:
   try:
-    plan = manifest.get("shard_plan")
+    manifest = Manifest.of(manifest)
+    plan = manifest.shard_plan
     if not isinstance(plan, dict):
       raise ValueError("it has no shard_plan (written by an older version)")
     splits, shards, indexes, images = {}, {}, {}, {}
@@ -94,17 +96,16 @@ def from_manifest(directory: str, manifest: Mapping[str, Any],
       if len(planned) != len(bounds) + 1 or list(bounds) != sorted(bounds):
         raise ValueError(f"split {split!r}: its bounds and planned sizes do not fit")
       splits[split] = PreviousSplit(bounds, planned)
-      files = [s["path"] for s in manifest["splits"][split]["shards"]]
+      files = [s.path for s in manifest.splits[split].shards]
       if len(files) != len(planned):
         raise ValueError(f"split {split!r}: {len(files)} shard files for {len(planned)} shards")
       for name in files + list(entry.get("indexes") or []):
         paths.child(directory, name)  # a name that would leave the directory: refused
       shards[split] = tuple(files)
       indexes[split] = tuple(entry.get("indexes") or ("",) * len(files))
-      images[split] = int(manifest["splits"][split]["images"])
-    config = manifest.get("config") or {}
-    settings = {k: config.get(k) for k in RECORD_SETTINGS}
-    label_map = {str(k): int(v) for k, v in (manifest.get("label_map") or {}).items()}
+      images[split] = manifest.splits[split].images
+    settings = {k: manifest.setting(k) for k in RECORD_SETTINGS}
+    label_map = dict(manifest.label_map)
   except UsageError:
     raise
   except (ValueError, KeyError, TypeError) as e:

@@ -1,26 +1,27 @@
 """Read an output directory back as a parsed tf.data.Dataset, feature spec from the manifest."""
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Mapping, Optional, Union
 
 from beam_tfrecord.readback import views
+from beam_tfrecord.records.manifest import Manifest
 from beam_tfrecord.storage import paths
 
 
-def feature_description(manifest: Dict) -> Dict:
+def feature_description(manifest: Union[Manifest, Mapping]) -> Dict:
   """The `features` of manifest.json as tf.io feature specs (fixed -> FixedLen, var -> VarLen)."""
   import tensorflow as tf
   result = {}
-  for key, spec in manifest["features"].items():
+  for key, spec in Manifest.of(manifest).features.items():
     dtype = {"string": tf.string, "int64": tf.int64, "float32": tf.float32}[spec["dtype"]]
     result[key] = (tf.io.FixedLenFeature([], dtype) if spec["kind"] == "fixed"
                    else tf.io.VarLenFeature(dtype))
   return result
 
 
-def shard_files(output: str, split: str, manifest: Optional[Dict] = None):
+def shard_files(output: str, split: str, manifest: Optional[Manifest] = None):
   manifest = manifest or views.read_manifest(output)
-  return [paths.join(output, s["path"]) for s in manifest["splits"][split]["shards"]]
+  return [paths.join(output, s.path) for s in manifest.splits[split].shards]
 
 
 def load(output: str, split: str = "train", dense: bool = True):
@@ -31,8 +32,8 @@ def load(output: str, split: str = "train", dense: bool = True):
   """
   import tensorflow as tf
   manifest = views.read_manifest(output)
-  if split not in manifest["splits"]:
-    raise KeyError(f"split {split!r} not in {output}; it has {sorted(manifest['splits'])}")
+  if split not in manifest.splits:
+    raise KeyError(f"split {split!r} not in {output}; it has {sorted(manifest.splits)}")
   spec = feature_description(manifest)
 
   def parse(record):

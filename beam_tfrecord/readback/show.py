@@ -11,12 +11,13 @@ import colorsys
 import hashlib
 import math
 import random
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from PIL import Image, ImageDraw, ImageFont
 
 from beam_tfrecord.finalize import card
 from beam_tfrecord.readback import views
+from beam_tfrecord.records.manifest import Manifest
 
 TILE = 256           # each image is scaled to fit TILE x TILE
 PAD = 6              # between tiles
@@ -161,9 +162,11 @@ def pick(counts: Sequence[Optional[int]], n: int, seed: int) -> Dict[int, List[i
   return result
 
 
-def sample(output: str, manifest: Mapping, split: str, n: int, seed: int) -> List[views.Item]:
+def sample(output: str, manifest: Union[Manifest, Mapping], split: str, n: int,
+           seed: int) -> List[views.Item]:
   """n records of a split as Items, chosen with the seed; reads only the shards (and the
   part of each) that hold them when the manifest knows the shard counts."""
+  manifest = Manifest.of(manifest)
   view = views.resolve(manifest)
   names = views.class_names(manifest)
   shards = views.shard_paths(output, manifest, split)
@@ -192,7 +195,7 @@ def show(output: str, split: Optional[str] = None, n: int = 16, seed: int = 0,
   manifest = views.read_manifest(output)
   split = split or card.default_split(manifest)
   items = sample(output, manifest, split, n, seed)
-  total = manifest["splits"][split].get("examples")
+  total = manifest.splits[split].examples
   title = (f"{output.rstrip('/').rsplit('/', 1)[-1]} · {split} · {len(items)} of "
-           f"{total if total is not None else '?'} records · schema {manifest.get('schema')}")
-  return render(items, manifest.get("label_map") or {}, tile=tile, title=title)
+           f"{total} records · schema {manifest.schema}")
+  return render(items, manifest.label_map, tile=tile, title=title)

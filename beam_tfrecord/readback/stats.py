@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple, Union
 
 import pandas as pd
 
 from beam_tfrecord.readback import views
+from beam_tfrecord.records.manifest import Manifest
 
 # COCO's area bands (cocoapi's COCOeval areaRng), applied here to box area in pixels.
 SMALL, MEDIUM = 32 ** 2, 96 ** 2
@@ -25,13 +26,15 @@ def band(area: float) -> str:
   return "small" if area < SMALL else "medium" if area < MEDIUM else "large"
 
 
-def frames(output: str, manifest: Mapping) -> Tuple[pd.DataFrame, pd.DataFrame]:
+def frames(output: str, manifest: Union[Manifest, Mapping]
+           ) -> Tuple[pd.DataFrame, pd.DataFrame]:
   """(one row per record: split, image, width, height, objects, class of a classification
   record; one row per box: split, image, class, box_width, box_height in pixels)."""
+  manifest = Manifest.of(manifest)
   view = views.resolve(manifest)
   names = views.class_names(manifest)
   records, boxes = [], []
-  for split in manifest["splits"]:
+  for split in manifest.splits:
     for uri, _ in views.shard_paths(output, manifest, split):
       for i, serialized in enumerate(views.read_records(uri)):
         entry = views.item(views.parse(serialized), view, names, f"{uri}#{i}")
@@ -51,23 +54,25 @@ def _summary(values: pd.Series) -> Dict[str, float]:
           "max": int(values.max())}
 
 
-def compute(manifest: Mapping, records: pd.DataFrame, objects: pd.DataFrame) -> Dict:
+def compute(manifest: Union[Manifest, Mapping], records: pd.DataFrame,
+            objects: pd.DataFrame) -> Dict:
   """The statistics document (what `inspect --json` prints)."""
+  manifest = Manifest.of(manifest)
   # Per-object schemas write one record per box: an image is its group of records.
   images = (records.groupby(["split", "image"], sort=False)
             .agg(width=("width", "first"), height=("height", "first"),
                  objects=("objects", "sum"), **{"class": ("class", "first")}).reset_index())
   objects = objects.assign(area=objects.box_width * objects.box_height)
   objects["band"] = objects.area.map(band)
-  label_map = manifest.get("label_map") or {}
+  label_map = manifest.label_map
 
   splits = {}
-  for split, entry in manifest["splits"].items():
+  for split, entry in manifest.splits.items():
     im, ob = images[images.split == split], objects[objects.split == split]
     bands = ob.band.value_counts()
     splits[split] = {
         "records": int((records.split == split).sum()),
-        "manifest_records": entry.get("examples"),
+        "manifest_records": entry.examples,
         "images": len(im), "objects": int(im.objects.sum()),
         "objects_per_image": _summary(im.objects),
         "box_sizes": {b: int(bands.get(b, 0)) for b in BANDS},
@@ -84,13 +89,13 @@ def compute(manifest: Mapping, records: pd.DataFrame, objects: pd.DataFrame) -> 
              for (split, name), row in per_class.sort_index().iterrows()]
 
   sizes = images.groupby(["width", "height"]).size().sort_values(ascending=False, kind="stable")
-  errors = manifest.get("errors") or {}
+  errors = manifest.errors
   return {
-      "output": (manifest.get("config") or {}).get("output"),
-      "status": manifest.get("status"),
-      "schema": manifest.get("schema"),
-      "format": manifest.get("format"),
-      "created": manifest.get("created"),
+      "output": manifest.setting("output"),
+      "status": manifest.status or None,
+      "schema": manifest.schema,
+      "format": manifest.format or None,
+      "created": manifest.created or None,
       "records_match_manifest": all(s["manifest_records"] in (None, s["records"])
                                     for s in splits.values()),
       "splits": splits,
@@ -100,7 +105,7 @@ def compute(manifest: Mapping, records: pd.DataFrame, objects: pd.DataFrame) -> 
           "most_common": [{"width": int(w), "height": int(h), "images": int(n)}
                           for (w, h), n in sizes.head(10).items()],
       },
-      "errors": {"count": errors.get("count", 0), "by_reason": errors.get("by_reason", {})},
+      "errors": {"count": errors.count, "by_reason": dict(errors.by_reason)},
   }
 
 
@@ -188,7 +193,7 @@ def inspect_command(output: str, as_json: bool = False, plot_path: Optional[str]
     manifest = views.read_manifest(output)
   except outputs.IncompleteOutput as e:  # one line naming verify --repair, exit 2
     raise errors.UsageError(str(e)) from None
-  except OSError as e:
+  except (OSError, ValueError) as e:
     print(f"beam-tfrecord: {output} has no readable manifest.json ({e}); is it a finished "
           "beam-tfrecord output?", file=sys.stderr)
     return errors.EXIT_USAGE
@@ -206,4 +211,4 @@ def inspect_command(output: str, as_json: bool = False, plot_path: Optional[str]
     plot(stats, objects, plot_path)
     if not as_json:
       print(f"plot: {plot_path}")
-  return errors.EXIT_OK if manifest.get("status") == "ok" else errors.EXIT_FAILED
+  return errors.EXIT_OK if manifest.ok else errors.EXIT_FAILED

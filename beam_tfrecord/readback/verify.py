@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Tuple
 
 from beam_tfrecord.finalize import output as outputs
 from beam_tfrecord.records import tfrecord
+from beam_tfrecord.records.manifest import Manifest
 from beam_tfrecord.storage import files, paths
 
 RECORD_FILE = re.compile(r"(\.tfrec|\.tfrecord|\.tfrecords)$|-\d{5}-of-\d{5}")
@@ -102,46 +103,50 @@ def check(output: str, repair: bool = False, break_lock: bool = False
     return 0, [f"{output}: a run ({journal['run_id']}) was interrupted while replacing the "
                "output; `beam-tfrecord verify --repair` completes it"], notes
   try:
-    manifest = outputs.read_json(paths.join(output, outputs.MANIFEST))
+    raw = outputs.read_json(paths.join(output, outputs.MANIFEST))
   except Exception as e:
     failed = [n for n in outputs.entries(output) if n.startswith(outputs.RUN_PREFIX)]
     hint = f"; failed run reports: {', '.join(failed)}" if failed else ""
     return 0, [f"{output}: no readable {outputs.MANIFEST} ({type(e).__name__}){hint}"], notes
   problems: List[str] = []
-  if manifest.get("status") != "ok":
-    problems.append(f"{outputs.MANIFEST}: status is {manifest.get('status')!r}, not 'ok'")
+  status = raw.get("status") if isinstance(raw, dict) else None
+  if status != "ok":
+    problems.append(f"{outputs.MANIFEST}: status is {status!r}, not 'ok'")
   try:
-    listed = set(outputs.files_of(manifest))
+    listed = set(outputs.files_of(raw))
+    manifest = Manifest.of(raw)
   except (paths.UnsafeName, TypeError, AttributeError, KeyError) as e:
     # names outside the output: nothing to check there, and nothing --overwrite would replace
     return 0, problems + [f"{outputs.MANIFEST}: does not list its files as plain names inside "
                           f"the output ({type(e).__name__}: {e})"], notes
+  except ValueError as e:  # a field of the wrong type (records/manifest.py names it)
+    return 0, problems + [str(e)], notes
   present = set(outputs.entries(output))
   for name in sorted(listed - present):
     problems.append(f"{name}: listed in the manifest, missing")
-  ours = template_pattern((manifest.get("config") or {}).get("shard_name_template"))
+  ours = template_pattern(manifest.setting("shard_name_template"))
   for name in sorted(present - listed):
     if not name.startswith(outputs.OWN_PREFIX) and (
         RECORD_FILE.search(name) or (ours is not None and ours.match(name))):
       problems.append(f"{name}: stray record file, not in the manifest")
   spec = reader.feature_description(manifest)
   total = 0
-  for split, entry in manifest["splits"].items():
-    listed_examples = [s.get("examples") for s in entry["shards"]]
-    if None not in listed_examples and sum(listed_examples) != entry.get("examples"):
-      problems.append(f"{split}: manifest says {entry.get('examples')} examples, its shards "
+  for split, entry in manifest.splits.items():
+    listed_examples = [s.examples for s in entry.shards]
+    if None not in listed_examples and sum(listed_examples) != entry.examples:
+      problems.append(f"{split}: manifest says {entry.examples} examples, its shards "
                       f"{sum(listed_examples)}")
-    for shard in entry["shards"]:
-      name = shard["path"]
+    for shard in entry.shards:
+      name = shard.path
       if name not in present:  # listing names only: so never a path outside the output
         if name not in listed:
           problems.append(f"{name!r}: a shard of split {split} the manifest's files omit")
         continue
       uri = paths.child(output, name)
       size = paths.size_of(uri)
-      if shard.get("bytes") is not None and size != shard["bytes"]:
-        problems.append(f"{name}: manifest says {shard['bytes']} bytes, the file has {size}")
-      count, found = _check_shard(uri, name, spec, shard.get("examples"))
+      if size != shard.bytes:
+        problems.append(f"{name}: manifest says {shard.bytes} bytes, the file has {size}")
+      count, found = _check_shard(uri, name, spec, shard.examples)
       total += count
       problems.extend(found)
   if outputs.LABEL_MAP in listed and outputs.LABEL_MAP in present:
@@ -149,8 +154,8 @@ def check(output: str, repair: bool = False, break_lock: bool = False
       from beam_tfrecord import \
           schemas  # classification numbers classes from 0
       on_disk = files.read_label_map(paths.join(output, outputs.LABEL_MAP),
-                                schemas.first_id_of(manifest.get("schema")))
-      if on_disk != manifest.get("label_map"):
+                                schemas.first_id_of(manifest.schema))
+      if on_disk != manifest.label_map:
         problems.append(f"{outputs.LABEL_MAP}: differs from the manifest's label map")
     except ValueError as e:
       problems.append(f"{outputs.LABEL_MAP}: {e}")

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from beam_tfrecord.records import protos
 from beam_tfrecord.records import tfrecord
+from beam_tfrecord.records.manifest import Manifest
 from beam_tfrecord.schemas.views import (NORMALIZED_CORNERS, NORMALIZED_YXYX,  # noqa: F401
                                           PIXEL_XYWH, VIEWS, View, renames, resolve)
 from beam_tfrecord.storage import files, paths
@@ -29,7 +30,7 @@ def parse(serialized: bytes) -> Dict[str, list]:
   return result
 
 
-def read_manifest(output: str) -> Dict:
+def read_manifest(output: str) -> Manifest:
   """The manifest of an output to read back. finalize.output.IncompleteOutput (naming
   `verify --repair`) while a killed run's replacement is pending: its manifest may be the old
   one over a mix of old and new shards, or missing."""
@@ -38,15 +39,16 @@ def read_manifest(output: str) -> Dict:
     raise outputs.IncompleteOutput(
         f"{output}: a run was interrupted while replacing the output; run `beam-tfrecord "
         f"verify --repair {output}` (or the next convert) to complete it")
-  return outputs.read_manifest(output)
+  return outputs.load_manifest(output)
 
 
-def shard_paths(output: str, manifest: Mapping, split: str) -> List[Tuple[str, Optional[int]]]:
+def shard_paths(output: str, manifest: Union[Manifest, Mapping],
+                split: str) -> List[Tuple[str, Optional[int]]]:
   """(uri, examples or None when unknown) of each shard of a split, in order."""
-  if split not in manifest["splits"]:
-    raise KeyError(f"split {split!r} not in {output}; it has {sorted(manifest['splits'])}")
-  return [(paths.join(output, s["path"]), s.get("examples"))
-          for s in manifest["splits"][split]["shards"]]
+  manifest = Manifest.of(manifest)
+  if split not in manifest.splits:
+    raise KeyError(f"split {split!r} not in {output}; it has {sorted(manifest.splits)}")
+  return [(paths.join(output, s.path), s.examples) for s in manifest.splits[split].shards]
 
 
 def read_records(uri: str, limit: Optional[int] = None) -> Iterator[bytes]:
@@ -89,9 +91,9 @@ class Item:
     return self.width, self.height
 
 
-def class_names(manifest: Mapping) -> Dict[int, str]:
+def class_names(manifest: Union[Manifest, Mapping]) -> Dict[int, str]:
   """{id: name} from the manifest's label map."""
-  return {int(i): name for name, i in (manifest.get("label_map") or {}).items()}
+  return {int(i): name for name, i in Manifest.of(manifest).label_map.items()}
 
 
 def _first(values: Sequence, default=None):

@@ -7,7 +7,9 @@ VIEWS, not new code. Pure: readback/ reads the records, finalize/card writes the
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple, Union
+
+from beam_tfrecord.records.manifest import Manifest
 
 # Box encodings: corners normalized to [0, 1] (TF OD API) or COCO's [x, y, w, h] in pixels.
 NORMALIZED_CORNERS = "normalized_corners"
@@ -59,12 +61,12 @@ VIEWS: Dict[str, View] = {v.schema: v for v in (
 )}
 
 
-def renames(manifest: Mapping) -> Dict[str, str]:
+def renames(manifest: Union[Manifest, Mapping]) -> Dict[str, str]:
   """{schema key: key written}: the manifest's `feature_names` (a dict or an OLD=NEW list),
   else the run's --feature-names as its config records it ('OLD=NEW,...', what the pipeline
   writes)."""
-  given = manifest.get("feature_names") or (manifest.get("config") or {}).get(
-      "feature_names") or {}
+  manifest = Manifest.of(manifest)
+  given = manifest.extra.get("feature_names") or manifest.setting("feature_names") or {}
   if isinstance(given, Mapping):
     return {str(k): str(v) for k, v in given.items()}
   if isinstance(given, str):
@@ -73,13 +75,14 @@ def renames(manifest: Mapping) -> Dict[str, str]:
   return {old.strip(): new.strip() for old, new in pairs}
 
 
-def resolve(manifest: Mapping) -> View:
+def resolve(manifest: Union[Manifest, Mapping]) -> View:
   """The manifest's schema row, with renamed keys; roles whose key this output lacks are None.
 
   An unknown schema name is matched by its features: the row whose image key it declares."""
-  features = manifest.get("features") or {}
+  manifest = Manifest.of(manifest)
+  features = manifest.features
   rename = renames(manifest)
-  name = str(manifest.get("schema", "od_api"))
+  name = manifest.schema
   row = VIEWS.get(name) or VIEWS.get(name.replace("_", "-")) or VIEWS.get(name.replace("-", "_"))
   if row is None:
     rows = [v for v in VIEWS.values() if rename.get(v.image, v.image) in features]

@@ -19,7 +19,8 @@ def test_lost_records_compares_plan_with_written_and_rejected():
 
 def test_empty_splits_are_the_declared_ones_without_an_example():
   from beam_tfrecord.finalize.manifest import empty_splits
-  splits = {"train": {"examples": 4}, "val": {"examples": 0}}
+  from beam_tfrecord.records.manifest import SplitInfo
+  splits = {"train": SplitInfo(examples=4), "val": SplitInfo(examples=0)}
   assert empty_splits(["val", "train", "test"], splits) == ["test", "val"]
   assert empty_splits([], splits) == []  # nothing declared (one unnamed input): no check
 
