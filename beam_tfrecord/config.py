@@ -3,10 +3,11 @@ resolution (--format auto, the default schema). Beam-free: the CLI imports it fo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import posixpath
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from beam_tfrecord import schemas
 from beam_tfrecord.errors import UsageError
@@ -28,62 +29,126 @@ SCHEMAS = tuple(schemas.REGISTRY)
 SINKS = ("shards", "beam")
 
 
+# What each setting does to an output: the one tag from which --if-changed's fingerprint,
+# --incremental's re-encode rule and the manifest's record of the run are all derived, so a new
+# setting cannot be forgotten by one of them (tests/test_config_tags.py fails on a field
+# without a tag).
+RECORDS = "records"  # shapes an image's records or the files' names: a change re-encodes all
+INPUTS = "inputs"    # selects what is read and where it goes (splits, shards, error policy):
+                     # a change is a new fingerprint; records of unchanged images stay valid
+RUNTIME = "runtime"  # only how or where this run goes: never a reason to convert again
+KINDS = (RECORDS, INPUTS, RUNTIME)
+
+
+def setting(kind: str, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING):
+  """A ConvertConfig field tagged with its kind (one of KINDS)."""
+  assert kind in KINDS, kind
+  return dataclasses.field(default=default, default_factory=factory, metadata={"kind": kind})
+
+
+def names_of(kind: str) -> Tuple[str, ...]:
+  """The ConvertConfig fields of one kind, in declaration order."""
+  return tuple(f.name for f in dataclasses.fields(ConvertConfig) if f.metadata["kind"] == kind)
+
+
 @dataclasses.dataclass(frozen=True)
 class ConvertConfig:
   """Everything a conversion needs besides Beam's own pipeline options. Frozen: a changed
-  setting is a new config (dataclasses.replace), so a validated config stays validated."""
-  format: str
-  inputs: List[str]                       # [SPLIT=]URI of annotation files (VOC: the VOC root)
-  output: str
-  images: List[str] = dataclasses.field(default_factory=list)  # [SPLIT=]image root
-  label_map: Optional[str] = None
-  split: Optional[str] = None             # 'train=0.8,val=0.2': hash-assigned splits
-  num_shards: Optional[int] = None
-  shard_size_mb: Optional[float] = None
-  sink: str = "shards"
-  csv_columns: Optional[str] = None
-  csv_normalized: bool = False            # csv: coordinates are fractions of the image size
-  bbox_policy: str = "clip"
-  allow_absolute_paths: bool = False
-  overwrite: bool = False
-  max_error_rate: Optional[float] = None  # fail the run above this; 0 = --strict
-  max_pixels: int = DEFAULT_MAX_PIXELS
-  exif_frame: str = "auto"
-  verify_images: bool = False
-  max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
-  image_sets: Optional[str] = None        # voc: 'train,val' picks ImageSets/Main lists
-  source_fingerprint: Optional[Dict[str, Any]] = None  # set by convert --if-changed
-  schema: Optional[str] = None            # None: classification for image-level sources
-  follow_symlinks: bool = False
-  include_masks: bool = False
-  max_side: Optional[int] = None          # preprocessing (images.Preprocess)
-  resize: Optional[str] = None            # 'WxH'
-  image_format: str = "keep"
-  jpeg_quality: int = imaging.DEFAULT_JPEG_QUALITY
-  records_per_shard: Optional[int] = None
-  feature_names: Optional[str] = None     # 'OLD=NEW,...'
-  shard_name_template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE
-  writer_processes: int = 0               # 0: one per core on the in-process local runner
-  classes: Optional[str] = None           # 'a,b': keep only these source classes
-  class_map: Optional[str] = None         # 'old=new,...': rename or merge source classes
-  classes_file: Optional[str] = None      # yolo-keras: one class name a line
-  class_descriptions: Optional[str] = None  # openimages: LabelName,DisplayName CSV
-  layout: str = "flat"                    # tfds: OUT/NAME/VERSION/ as TFDS writes it
-  dataset_name: Optional[str] = None      # --layout tfds
-  dataset_version: str = "1.0.0"
-  tfds_root: Optional[str] = None         # --layout tfds, once resolved: the OUT given
-  plan_from: Optional[str] = None         # an earlier output whose shard bounds to keep
-  incremental: bool = False               # re-encode only what changed since it
+  setting is a new config (dataclasses.replace), so a validated config stays validated.
+
+  Fields hold the options as given (what the manifest records and the fingerprint digests);
+  their typed values (columns, selection, fractions, resize_size, renamed, encode) are parsed
+  once, on first use, and cached on this config: nothing parses an option string again."""
+  format: str = setting(RECORDS)
+  inputs: List[str] = setting(INPUTS)      # [SPLIT=]URI of annotation files (VOC: the VOC root)
+  output: str = setting(RUNTIME)
+  images: List[str] = setting(INPUTS, factory=list)            # [SPLIT=]image root
+  label_map: Optional[str] = setting(RECORDS, None)
+  split: Optional[str] = setting(INPUTS, None)  # 'train=0.8,val=0.2': hash-assigned splits
+  num_shards: Optional[int] = setting(INPUTS, None)
+  shard_size_mb: Optional[float] = setting(INPUTS, None)
+  sink: str = setting(RECORDS, "shards")
+  csv_columns: Optional[str] = setting(RECORDS, None)
+  csv_normalized: bool = setting(RECORDS, False)  # csv: coordinates are fractions of the size
+  bbox_policy: str = setting(RECORDS, "clip")
+  allow_absolute_paths: bool = setting(RECORDS, False)
+  overwrite: bool = setting(RUNTIME, False)
+  max_error_rate: Optional[float] = setting(INPUTS, None)  # fail the run above; 0 = --strict
+  max_pixels: int = setting(RECORDS, DEFAULT_MAX_PIXELS)
+  exif_frame: str = setting(RECORDS, "auto")
+  verify_images: bool = setting(RECORDS, False)
+  max_image_bytes: int = setting(RECORDS, DEFAULT_MAX_IMAGE_BYTES)
+  image_sets: Optional[str] = setting(INPUTS, None)  # voc: 'train,val' picks ImageSets/Main
+  source_fingerprint: Optional[Dict[str, Any]] = setting(RUNTIME, None)  # --if-changed
+  schema: Optional[str] = setting(RECORDS, None)  # None: classification for image-level
+  follow_symlinks: bool = setting(RECORDS, False)
+  include_masks: bool = setting(RECORDS, False)
+  max_side: Optional[int] = setting(RECORDS, None)         # preprocessing (images.Preprocess)
+  resize: Optional[str] = setting(RECORDS, None)           # 'WxH'
+  image_format: str = setting(RECORDS, "keep")
+  jpeg_quality: int = setting(RECORDS, imaging.DEFAULT_JPEG_QUALITY)
+  records_per_shard: Optional[int] = setting(RECORDS, None)
+  feature_names: Optional[str] = setting(RECORDS, None)    # 'OLD=NEW,...'
+  shard_name_template: str = setting(RECORDS, naming.DEFAULT_SHARD_NAME_TEMPLATE)
+  writer_processes: int = setting(RUNTIME, 0)  # 0: one per core on the in-process runner
+  classes: Optional[str] = setting(RECORDS, None)          # 'a,b': keep only these classes
+  class_map: Optional[str] = setting(RECORDS, None)        # 'old=new,...': rename or merge
+  classes_file: Optional[str] = setting(RECORDS, None)     # yolo-keras: one class name a line
+  class_descriptions: Optional[str] = setting(RECORDS, None)  # openimages: LabelName,Display
+  layout: str = setting(RECORDS, "flat")   # tfds: OUT/NAME/VERSION/ as TFDS writes it
+  dataset_name: Optional[str] = setting(RECORDS, None)     # --layout tfds
+  dataset_version: str = setting(RECORDS, "1.0.0")
+  tfds_root: Optional[str] = setting(RUNTIME, None)  # --layout tfds, resolved: the OUT given
+  plan_from: Optional[str] = setting(RUNTIME, None)  # an earlier output's shard bounds to keep
+  incremental: bool = setting(RUNTIME, False)        # re-encode only what changed since it
+
+  def settings(self, *kinds: str) -> Dict[str, Any]:
+    """{field: value as given} of the fields of these kinds (all when none is named)."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+            if not kinds or f.metadata["kind"] in kinds}
+
+  def record_settings(self) -> Dict[str, Any]:
+    """What --incremental compares with the earlier output: any change re-encodes all."""
+    return self.settings(RECORDS)
+
+  def fingerprint_settings(self) -> Dict[str, Any]:
+    """What --if-changed's fingerprint covers besides the sources' files."""
+    return self.settings(RECORDS, INPUTS)
 
   def schema_option(self) -> str:
     return self.schema or schemas.DEFAULT
 
-  def renames(self) -> Dict[str, str]:
+  @functools.cached_property
+  def renamed(self) -> Dict[str, str]:
     """--feature-names checked against the schema's keys (UsageError when wrong)."""
     spec = schemas.get(self.schema_option()).with_masks(self.include_masks).feature_spec
     return schemas.parse_feature_names(self.feature_names, spec)
 
-  def encode_options(self) -> EncodeOptions:
+  @functools.cached_property
+  def columns(self) -> Dict[str, str]:
+    """--csv-columns as {field: CSV column} (ValueError when malformed)."""
+    from beam_tfrecord.sources.csv import parse_column_map  # Beam: convert only
+    return parse_column_map(self.csv_columns)
+
+  @functools.cached_property
+  def selection(self):
+    """--classes and --class-map as a ClassSelection (None when neither is given)."""
+    from beam_tfrecord.prepare import class_selection
+    return class_selection.parse(self.classes, self.class_map)
+
+  @functools.cached_property
+  def fractions(self) -> Optional[Dict[str, float]]:
+    """--split as {split: fraction} (None without it)."""
+    return splitting.parse_split_fractions(self.split) if self.split else None
+
+  @functools.cached_property
+  def resize_size(self) -> Optional[Tuple[int, int]]:
+    """--resize as (width, height) (None without it)."""
+    return imaging.parse_size(self.resize) if self.resize else None
+
+  @functools.cached_property
+  def encode(self) -> EncodeOptions:
+    """What the shard writer needs to turn an image and its annotation into records."""
     schema = schemas.get(self.schema_option())
     # a schema whose readers decode one format (coco-objects: JPEG) turns 'keep' into it
     image_format = (schema.image_format if schema.image_format and self.image_format == "keep"
@@ -93,9 +158,9 @@ class ConvertConfig:
                          max_image_bytes=self.max_image_bytes, include_masks=self.include_masks,
                          preprocess=imaging.Preprocess(
                              max_side=self.max_side,
-                             resize=imaging.parse_size(self.resize) if self.resize else None,
+                             resize=self.resize_size,
                              image_format=image_format, jpeg_quality=self.jpeg_quality),
-                         schema=schema.option, renames=tuple(sorted(self.renames().items())),
+                         schema=schema.option, renames=tuple(sorted(self.renamed.items())),
                          follow_symlinks=self.follow_symlinks)
 
   def validate(self) -> None:
@@ -132,8 +197,7 @@ class ConvertConfig:
                        "(Beam's WriteToTFRecord names and fills its shards itself)")
     if self.shard_name_template != naming.DEFAULT_SHARD_NAME_TEMPLATE:
       naming.template_fields(self.shard_name_template)
-    if self.split:
-      splitting.parse_split_fractions(self.split)
+    self.fractions  # noqa: B018 (ValueError when malformed; cached for every later use)
     for item in list(self.inputs) + list(self.images):
       split, _ = paths.parse_assignment(item)
       if split:
@@ -154,22 +218,19 @@ class ConvertConfig:
       raise ValueError("give --image-sets or --split, not both")
     if self.schema is not None:
       schemas.get(self.schema)
-    from beam_tfrecord.sources.csv import \
-        parse_column_map  # Beam: convert only
-    parse_column_map(self.csv_columns)
+    self.columns  # noqa: B018
     if self.max_side is not None and self.resize:
       raise ValueError("give --max-side or --resize, not both")
     if self.max_side is not None and self.max_side < 1:
       raise ValueError("--max-side must be at least 1")
-    if self.resize:
-      imaging.parse_size(self.resize)
+    self.resize_size  # noqa: B018
     if self.image_format not in imaging.IMAGE_FORMATS:
       raise ValueError(f"--image-format must be one of {', '.join(imaging.IMAGE_FORMATS)}")
     if not 1 <= self.jpeg_quality <= 100:
       raise ValueError("--jpeg-quality must be within 1..100")
     if self.writer_processes < 0:
       raise ValueError("--writer-processes must be 0 (automatic) or more")
-    self.class_selection()  # ValueError when --classes or --class-map is malformed
+    self.selection  # noqa: B018 (ValueError when --classes or --class-map is malformed)
     if (self.plan_from or self.incremental) and self.sink != "shards":
       raise ValueError("--plan-from and --incremental need --sink shards")
     if self.plan_from and paths.same_location(self.plan_from, self.output) and \
@@ -182,11 +243,6 @@ class ConvertConfig:
       tfds_layout.check_options(self)
     elif self.dataset_name or self.dataset_version != "1.0.0":
       raise ValueError("--dataset-name and --dataset-version go with --layout tfds")
-
-  def class_selection(self):
-    """--classes and --class-map as a ClassSelection (None when neither is given)."""
-    from beam_tfrecord.prepare import class_selection
-    return class_selection.parse(self.classes, self.class_map)
 
   def first_id(self) -> int:
     """The id of the first class when ids are numbered from sorted names: the schema's, for
@@ -220,7 +276,7 @@ class ConvertConfig:
       raise UsageError(f"--schema {schema.option} writes {schema.image_format.upper()} (what "
                        f"its readers decode); --image-format {self.image_format} does not fit "
                        "it")
-    self.renames()
+    self.renamed  # noqa: B018
     if self.images and not getattr(registry.get(self.format), "IMAGES", True):
       raise UsageError(f"--format {self.format} finds its images itself (from its inputs); "
                        "--images would be ignored: leave it out")
@@ -276,25 +332,42 @@ class ConvertConfig:
     """Every path the run reads: annotation inputs, image roots, the label map, class lists."""
     return input_paths(self)
 
-  def split_fractions(self) -> Optional[Dict[str, float]]:
-    return splitting.parse_split_fractions(self.split) if self.split else None
-
 
 def possible_splits(config: ConvertConfig) -> Optional[set]:
   """The splits a run can produce, when known before reading the data (None: a CSV's split
   column can name any; YOLO and class folders are not looked at here)."""
   if config.split:
-    return set(config.split_fractions())
+    return set(config.fractions)
   return registry.possible_splits(config)
 
 
-def resolve(config: ConvertConfig) -> ConvertConfig:
+def checked(config: ConvertConfig,
+            announce: Optional[Callable[[str], None]] = None) -> ConvertConfig:
+  """The one place a config is validated and resolved (the CLI calls it, and pipeline.build
+  for a config no one checked): UsageError, one line, for what is wrong. The result is marked
+  checked, so build() does not check it again; a changed config (dataclasses.replace) is a new,
+  unchecked one. `announce` gets --format auto's decision (the CLI prints it)."""
+  if getattr(config, "_checked", False):
+    return config
+  try:
+    config.validate()
+  except ValueError as e:
+    raise UsageError(str(e)) from None
+  config = resolve(config, announce)
+  object.__setattr__(config, "_checked", True)  # not a field: replace() drops it
+  return config
+
+
+def resolve(config: ConvertConfig,
+            announce: Optional[Callable[[str], None]] = None) -> ConvertConfig:
   """A config with --format auto decided (detect.py) and the schema chosen: classification
   for image-level sources (class folders, classification CSV listings), else od-api.
   Raises UsageError when the format cannot be decided (registry.check does the rest)."""
   if config.format == "auto":
     from beam_tfrecord.sources import detect
     found = detect.detect(config.inputs)
+    if announce:
+      announce(found.line())
     config = dataclasses.replace(config, format=found.format, inputs=list(found.inputs))
   if config.layout == "tfds":  # TFDS's own features and directory (finalize/tfds_layout.py)
     config = tfds_layout.resolve(config, registry.image_level(config))

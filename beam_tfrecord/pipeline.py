@@ -9,7 +9,8 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 import apache_beam as beam
 
 from beam_tfrecord import schemas
-from beam_tfrecord.config import ConvertConfig, resolve
+from beam_tfrecord import config as configs
+from beam_tfrecord.config import ConvertConfig
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.finalize import fingerprint as fingerprints
 from beam_tfrecord.finalize import output as outputs
@@ -107,7 +108,7 @@ def earlier_output(config: ConvertConfig) -> Tuple[Optional[Previous], Optional[
     return previous, None
   reason = ""
   if previous is not None:
-    changed = previous_output.changed_settings(config, previous)
+    changed = previous_output.changed_settings(config.record_settings(), previous)
     if changed:
       reason = f"settings that shape records changed: {', '.join(changed)}"
   return previous, {"previous": previous, "reason": reason}
@@ -116,18 +117,17 @@ def earlier_output(config: ConvertConfig) -> Tuple[Optional[Previous], Optional[
 def build(root, config: ConvertConfig, argv: Sequence[str] = (),
           run_id: Optional[str] = None, local: Optional[bool] = None) -> beam.PCollection:
   """Wire the whole conversion onto `root` (a Pipeline). Returns the manifest PCollection.
-  Raises UsageError for problems found before running (see resolve). `local`: join annotation
+  Raises UsageError for problems found before running (see config.checked). `local`: join annotation
   files and partition the shard order through spill files on this machine's disk rather than
   the runner's shuffles (default: on local runners, local_runner)."""
   if local is None:
     local = local_runner(root)
-  config.validate()
-  config = resolve(config)
+  config = configs.checked(config)  # as is when the CLI checked it
   paths.forget_roots()  # this run sees the image roots and listings as they are now
   files.forget_listings()
   run_id = run_id or uuid.uuid4().hex
   staging = outputs.run_dir(config.output, run_id)
-  options = config.encode_options()
+  options = config.encode
   schema = schemas.from_options(options)
   first_id = config.first_id()  # the schema's, or its image-level sources' (tutorial: 0)
   user_map = (files.read_label_map(config.label_map, min_id=first_id)
@@ -138,13 +138,13 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
     except ValueError as e:
       raise UsageError(str(e)) from None
   source, source_splits = registry.read(root, config, first_id=first_id, local=local)
-  selection = config.class_selection()
+  selection = config.selection
   if selection is not None:  # --classes / --class-map: before anything gets an id
     source, excluded_counts = root | "SelectClasses" >> SelectClasses(
         source, selection, ",".join(config.inputs))
   else:
     excluded_counts = root | "NothingExcluded" >> beam.Create([])
-  fractions = config.split_fractions()
+  fractions = config.fractions
   remote = config.allow_absolute_paths or any(
       paths.is_remote(paths.parse_assignment(item)[1]) for item in config.images + config.inputs)
   images, prepare_errors = source.images | "Prepare" >> PrepareImages(

@@ -49,7 +49,7 @@ BEAM_FREE = [
 
 # The stages in the order data flows through them (docs/architecture.md, "Stages"): a module
 # imports from its own stage or an earlier one, never a later one. The base (the package root,
-# errors, reasons) comes first; the commands that wire the stages (config, pipeline, cli,
+# errors, reasons) comes first; the commands that wire the stages (config, pipeline, cli/,
 # reader, sample) come last and may import any stage.
 STAGES = ["base", "records", "storage", "schemas", "sources", "prepare", "plan", "write",
           "finalize", "readback", "commands"]
@@ -61,6 +61,8 @@ def stage_of(module: str) -> str:
   if module in BASE:
     return "base"
   parts = module.split(".")
+  if parts[1:2] == ["cli"]:  # the command line's package
+    return "commands"
   if len(parts) > 2 or (len(parts) == 2 and parts[1] in STAGES):
     assert parts[1] in STAGES, f"{module}: folder {parts[1]!r} is not a stage in STAGES"
     return parts[1]

@@ -32,13 +32,6 @@ Entry = Tuple[str, int, float]
 # ROOT/** (every file below ROOT)
 Pattern = Tuple[str, str]
 
-# ConvertConfig fields that do not change what a conversion writes: left out of the fingerprint
-# (every other field, present or added later, is in it).
-# Settings that leave the bytes of an output unchanged. --plan-from and --incremental keep the
-# earlier output's plan: with unchanged sources their output is that output (the cron wrapper
-# adds them from its second version on, and must still skip an unchanged source).
-NOT_SETTINGS = ("output", "overwrite", "source_fingerprint", "writer_processes", "plan_from",
-                "incremental", "tfds_root")
 VERSION = 2
 _MODULUS = 1 << 256
 
@@ -62,9 +55,11 @@ def _line(entry: Entry) -> str:
 
 
 def settings_of(config) -> Dict:
-  """The output-shaping settings of a ConvertConfig (a dataclass), as a plain dict."""
-  import dataclasses
-  return {k: v for k, v in sorted(dataclasses.asdict(config).items()) if k not in NOT_SETTINGS}
+  """The settings of a ConvertConfig in the fingerprint: every field but those tagged RUNTIME
+  (ConvertConfig.fingerprint_settings). --plan-from and --incremental are RUNTIME: they keep
+  the earlier output's plan, so with unchanged sources their output is that output (the cron
+  wrapper adds them from its second version on, and must still skip an unchanged source)."""
+  return dict(sorted(config.fingerprint_settings().items()))
 
 
 def same(current: Optional[Dict], recorded: Optional[Dict]) -> bool:

@@ -63,7 +63,7 @@ class Finalize(beam.DoFn):
     _name_shards(run_directory, stats)
     outputs.write_atomic(run_directory, LABEL_MAP,
                          label_maps.to_text(label_map).encode())
-    schema = schemas.from_options(self.config.encode_options())
+    schema = schemas.from_options(self.config.encode)
     if self.config.first_id() == 0:  # ids from 0: labels.txt lines are ids
       outputs.write_atomic(run_directory, LABELS_TXT,
                            label_maps.to_lines(label_map).encode())
@@ -101,7 +101,7 @@ class Finalize(beam.DoFn):
         incremental=(incremental_summary(self.incremental, plan, stats, label_map)
                      if self.incremental is not None else None),
         # --classes/--class-map: objects (or image labels) dropped, per source class
-        excluded_classes=excluded if self.config.class_selection() else None,
+        excluded_classes=excluded if self.config.selection else None,
         splits=splits, totals=totals,
         errors=ErrorSummary(count=sum(reasons.values()), rate=rate, by_level=levels,
                             by_reason=reasons, files=tuple(sorted(

@@ -22,18 +22,6 @@ from beam_tfrecord.storage.layout import MANIFEST
 
 MAX_MANIFEST_BYTES = 256 << 20
 
-# Settings that change the records of an unchanged image (or which images are accepted, or
-# the files' names): an incremental run whose settings differ in any of these re-encodes every
-# image, saying which. The label map is compared when it is known (on the workers).
-RECORD_SETTINGS = (
-    "format", "schema", "feature_names", "include_masks", "max_side", "resize", "image_format",
-    "jpeg_quality", "bbox_policy", "exif_frame", "max_pixels", "max_image_bytes",
-    "verify_images", "follow_symlinks", "allow_absolute_paths", "label_map", "classes",
-    "class_map", "classes_file", "class_descriptions", "csv_columns", "csv_normalized",
-    "layout", "dataset_name", "dataset_version", "shard_name_template", "records_per_shard",
-    "sink")
-
-
 @dataclasses.dataclass(frozen=True)
 class Previous:
   """What a run needs of an earlier output."""
@@ -42,7 +30,7 @@ class Previous:
   shards: Dict[str, Tuple[str, ...]]          # its shard files by split, in shard order
   indexes: Dict[str, Tuple[str, ...]]         # its shard indexes by split ('' where none)
   label_map: Dict[str, int]
-  settings: Dict[str, Any]                    # its config's RECORD_SETTINGS
+  settings: Dict[str, Any]                    # its config, as the manifest records it
   images: Dict[str, int]                      # images per split
 
   def shard(self, split: str, shard: int) -> Optional[Tuple[str, str]]:
@@ -104,7 +92,7 @@ def from_manifest(directory: str, manifest: Union[Manifest, Mapping[str, Any]],
       shards[split] = tuple(files)
       indexes[split] = tuple(entry.get("indexes") or ("",) * len(files))
       images[split] = manifest.splits[split].images
-    settings = {k: manifest.setting(k) for k in RECORD_SETTINGS}
+    settings = dict(manifest.config)
     label_map = dict(manifest.label_map)
   except UsageError:
     raise
@@ -114,10 +102,11 @@ def from_manifest(directory: str, manifest: Union[Manifest, Mapping[str, Any]],
   return Previous(directory, splits, shards, indexes, label_map, settings, images)
 
 
-def changed_settings(config, previous: Previous) -> List[str]:
-  """The record-shaping settings in which `config` differs from the earlier output's."""
-  now = dataclasses.asdict(config)
-  return [k for k in RECORD_SETTINGS if now.get(k) != previous.settings.get(k)]
+def changed_settings(now: Mapping[str, Any], previous: Previous) -> List[str]:
+  """The settings of `now` whose value differs from the earlier output's. The caller passes
+  the settings that shape records (ConvertConfig.record_settings(): its fields tagged RECORDS,
+  and the label map is compared on the workers): any change re-encodes every image."""
+  return [k for k in now if now[k] != previous.settings.get(k)]
 
 
 def plan_record(plan: ShardPlan, stats: Sequence[Mapping]) -> Dict[str, Dict]:

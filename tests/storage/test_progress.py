@@ -44,7 +44,7 @@ def test_progress_reaches_the_total(tmp_path, beam_args):
     counts, _ = images | plan_stage.SortRuns(runs)
     plans = beam.pvalue.AsSingleton(counts | plan_stage.PlanShards(2, None, staging))
     tasks = p | beam.Create([None]) | beam.FlatMap(plan_stage.shard_tasks, plans)
-    _ = tasks | WriteShards(staging, runs, label_map, plans, config.encode_options())
+    _ = tasks | WriteShards(staging, runs, label_map, plans, config.encode)
   done, total, planned_at = progress.snapshot(staging)
   assert (done, total) == (len(ds.images), len(ds.images))
   assert planned_at is not None
