@@ -103,13 +103,17 @@ def _strings(expr: ast.expr, mod: _Module, modules: Dict[str, _Module], depth: i
         if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Call) and any(
             isinstance(t, ast.Name) and t.id == expr.id for t in target.elts):
           index = [getattr(t, "id", None) for t in target.elts].index(expr.id)
-          callee = mod.functions.get(_call_name(node.value) or "")
+          name, owner = _call_name(node.value) or "", mod
+          if name not in mod.functions and name in mod.imported:  # from another module
+            source, name = mod.imported[name]
+            owner = modules.get(source, mod)
+          callee = owner.functions.get(name)
           if callee is None:
             raise _Unresolved(ast.unparse(node.value))
           found: Set[str] = set()
           for ret in ast.walk(callee):
             if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple):
-              found |= again(ret.value.elts[index])
+              found |= again(ret.value.elts[index], owner)
           return found
     if expr.id in mod.constants:
       return again(mod.constants[expr.id])

@@ -1,15 +1,16 @@
 """What every source produces (SourceOutput) and the helpers sources share."""
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
-import apache_beam as beam
+if TYPE_CHECKING:  # the helpers below serve Beam-free modules (detection, listings)
+  import apache_beam as beam
 
 
 class SourceOutput(NamedTuple):
-  images: beam.PCollection
-  errors: beam.PCollection
-  categories: Optional[beam.PCollection] = None
+  images: "beam.PCollection"
+  errors: "beam.PCollection"
+  categories: "Optional[beam.PCollection]" = None
 
 
 def image_extensions() -> frozenset:

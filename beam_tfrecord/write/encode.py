@@ -86,7 +86,7 @@ def _with_masks(ann: ImageAnnotation, prepared: images.PreparedImage, frame: str
   """Rasterize each object's segmentation in the frame its coordinates are in, then move the
   mask as the image was moved (upright, resized). An unreadable segmentation drops its object
   (an object-level error), so masks and boxes stay aligned."""
-  from beam_tfrecord.write import \
+  from beam_tfrecord.records import \
       masks  # numpy: writer processes without masks never import it
   src = prepared.source
   if frame == "stored":

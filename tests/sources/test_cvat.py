@@ -25,6 +25,7 @@ from PIL import Image
 from beam_tfrecord.errors import EXIT_USAGE
 from beam_tfrecord.records.model import InputError
 from beam_tfrecord.sources import cvat, detect, voc
+from beam_tfrecord.sources.cvat import byte_ranges
 
 
 def _image(xml: str):
@@ -198,7 +199,7 @@ def test_one_image_over_its_budget_stops_the_file(monkeypatch):
   big = _doc(3).replace(b'name="im_001.jpg" width="100" height="80">',
                         b'name="im_001.jpg" width="100" height="80">'
                         + b'<points label="cat" points="1,1"/>' * 4000)
-  monkeypatch.setattr(cvat, "MAX_ELEMENT_BYTES", 16 << 10)  # + one 64 kB chunk
+  monkeypatch.setattr(byte_ranges, "MAX_ELEMENT_BYTES", 16 << 10)  # + one 64 kB chunk
   items = _items(big)
   assert [i[1].name for i in items if i[0] == "image"] == ["im_000.jpg"]
   assert [(i[1].reason, i[2]) for i in items if i[0] == "error"] == [("too_large", "file")]
@@ -281,7 +282,7 @@ def test_bad_elements_and_files_become_error_records(small_dataset, tmp_path, mo
   cut = write_cvat(second, ds.image_dir, tmp_path / "cut", labels=labels)
   text = cut.read_bytes()
   cut.write_bytes(text[:text.index(f'name="{second[2].file_name}"'.encode()) + 10])
-  monkeypatch.setattr(cvat, "RANGE_BYTES", 300)  # the job's file is read in ~15 ranges
+  monkeypatch.setattr(byte_ranges, "RANGE_BYTES", 300)  # the job's file is read in ~15 ranges
   run = convert(["--format", "cvat", "--input", str(good), "--input", str(cut),
                  "--output", str(tmp_path / "out"), RUNNER])
   assert run.code == 0

@@ -13,6 +13,8 @@ from bad_data import RUNNER, convert
 
 from beam_tfrecord.records.model import InputError
 from beam_tfrecord.sources import yolo
+from beam_tfrecord.sources.yolo import dataset as yolo_dataset
+from beam_tfrecord.sources.yolo import labels as yolo_labels
 
 YOLO_IDS = {name: i + 1 for i, name in enumerate(layouts.YOLO_NAMES)}
 
@@ -316,7 +318,7 @@ def test_files_over_their_budget_are_refused(small_dataset, tmp_path, monkeypatc
   label = root / "labels" / boxed.split / f"{layouts.stem(boxed.file_name)}.txt"
   limit = max(p.stat().st_size for p in (root / "labels").rglob("*.txt"))
   label.write_text("0 0.5 0.5 0.1 0.1\n" * (limit // 18 + 1))  # one byte and more over
-  monkeypatch.setattr(yolo, "MAX_LABEL_BYTES", limit)
+  monkeypatch.setattr(yolo_labels, "MAX_LABEL_BYTES", limit)
   run = convert(["--input", str(yaml_path), "--output", str(tmp_path / "out"), RUNNER])
   assert run.code == 0
   [error] = run.errors
@@ -324,6 +326,6 @@ def test_files_over_their_budget_are_refused(small_dataset, tmp_path, monkeypatc
   assert f"more than {limit} bytes" in error["message"]
   assert error["key"] == f"images/{boxed.split}/{boxed.file_name}"
   assert len(run.by_filename()) == len(ds.images) - 1
-  monkeypatch.setattr(yolo, "MAX_YAML_BYTES", 16)
+  monkeypatch.setattr(yolo_dataset, "MAX_YAML_BYTES", 16)
   with pytest.raises(UsageError, match="more than 16 bytes"):
     yolo.load(str(yaml_path))

@@ -1,0 +1,45 @@
+"""The pre-run checks of --format voc (UsageError, before anything is written). Beam-free."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from beam_tfrecord.errors import UsageError
+from beam_tfrecord.sources.checks import check_directory
+from beam_tfrecord.sources.voc.image_sets import parse_image_sets, split_files
+from beam_tfrecord.sources.voc.layout import annotation_files, is_flat
+from beam_tfrecord.storage import paths
+
+
+def check_input(inputs: Sequence[str], image_sets: Optional[str] = None) -> None:
+  """Before running: one VOC directory, with Annotations/*.xml and the chosen image sets; or
+  a folder of XMLs, or SPLIT=DIR folders (a Roboflow VOC export), whose XMLs and images
+  ReadVoc checks when it is built."""
+  assigned = [paths.parse_assignment(item) for item in inputs]
+  if len(assigned) > 1 and not all(split for split, _ in assigned):
+    raise UsageError(f"--format voc takes one --input (a VOC directory or a folder of XMLs), "
+                     f"or one SPLIT=DIR per split; got {len(inputs)} inputs")
+  if len(assigned) > 1 or assigned[0][0]:
+    if image_sets:
+      raise UsageError("--image-sets applies to a VOC directory without SPLIT= inputs")
+    for _, root in assigned:
+      check_directory(root, "--input")
+    return
+  root = assigned[0][1]
+  check_directory(root, "--input")
+  if is_flat(root):  # a folder of XMLs (LabelImg): ReadVoc checks XMLs and images
+    if image_sets:
+      raise UsageError(f"--image-sets: {root} is a folder of XMLs without ImageSets/Main")
+    return
+  if not annotation_files(root):
+    raise UsageError(f"--input {root} has no Annotations/*.xml: not a Pascal VOC directory "
+                     "(VOCdevkit/VOC2012 holds Annotations/, JPEGImages/, ImageSets/Main/)")
+  if image_sets:
+    available = split_files(root)
+    missing = [name for name in parse_image_sets(image_sets) if name not in available]
+    if missing:
+      raise UsageError(f"--image-sets: {', '.join(missing)} not in {root}/ImageSets/Main "
+                       f"(it has {', '.join(available) or 'no image sets'})")
+
+
+def check(config) -> None:
+  check_input(config.inputs, config.image_sets)
