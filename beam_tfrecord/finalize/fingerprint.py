@@ -79,7 +79,7 @@ def source_patterns(config) -> List[Pattern]:
   a VOC directory's first level: called on a worker (SourceFingerprint).
   """
   from beam_tfrecord.sources import registry
-  result, implied = registry.get(config.format).fingerprint_patterns(config)
+  result, implied = registry.fingerprint_patterns(config)
   roots = [paths.parse_assignment(item)[1] for item in config.images] + implied
   for root in sorted(set(roots)):
     result.append(("tree", paths.join(root, "**")))

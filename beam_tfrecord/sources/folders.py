@@ -209,6 +209,7 @@ def detect(path: str) -> Optional[str]:
 # --- the source protocol (sources/registry.py) ---
 
 MASKS = False
+OPTIONS = ()  # only the common settings (sources/options.COMMON)
 IMAGES = False  # the class folders are the images: --images is refused, never ignored
 
 

@@ -1,19 +1,23 @@
-"""The formats this tool reads: one line each. Adding a format is one module in sources/, one
-test file (tests/sources/test_NAME.py) and one line here.
+"""The formats this tool reads: one line each. Adding a format is one module or folder in
+sources/, one test file (tests/sources/test_NAME.py) and one line here.
 
-A format's module (sources/NAME.py, '-' in NAME as '_') implements the source protocol, looked up through get():
+A format's module (sources/NAME.py or the package sources/NAME/, '-' in NAME as '_')
+implements the source protocol, looked up through get(). `options` is its SourceOptions
+(sources/options.py): the inputs, their image roots, the path rules and the settings the
+module declares in OPTIONS, never the whole config:
+  OPTIONS                               the ConvertConfig settings it reads beyond COMMON
   detect(path) -> reason or None        --format auto: does this path look like the format?
-  check(config)                         before running: UsageError when the inputs are wrong
-  possible_splits(config) -> set|None   splits known before reading the data (None: unknown)
-  read(root, config, *, first_id, local) -> (SourceOutput, split names known up front);
+  check(options)                        before running: UsageError when the inputs are wrong
+  possible_splits(options) -> set|None  splits known before reading the data (None: unknown)
+  read(root, options, *, first_id, local) -> (SourceOutput, split names known up front);
                                         local: a local runner (every worker on this machine,
                                         and its shuffles hold what they group in memory): join
                                         annotation files in one worker through spill files
-  fingerprint_patterns(config) -> ([(kind, glob)], implied image roots)   --if-changed
+  fingerprint_patterns(options) -> ([(kind, glob)], implied image roots)   --if-changed
   MASKS                                 True when its objects carry segmentations
   IMAGES (optional, default True)       False when it finds its images itself: --images is
                                         refused (ConvertConfig.check_resolved), never ignored
-and optionally image_level(config) -> bool (the classification schema by default),
+and optionally image_level(options) -> bool (the classification schema by default),
 EXPORT_FILE / EXPORT_WHAT (what one split folder of a Roboflow-style export holds).
 
 The modules are imported on first use: they import Apache Beam, and the commands that only
@@ -23,8 +27,9 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
+from beam_tfrecord.sources import options as source_options
 from beam_tfrecord.sources.checks import check_directory, check_label_map
 from beam_tfrecord.storage import paths
 
@@ -54,14 +59,26 @@ def get(name: str) -> ModuleType:
   return importlib.import_module(f"beam_tfrecord.sources.{name.replace('-', '_')}")
 
 
+def options_of(config) -> source_options.SourceOptions:
+  """What the config's format gets of it: COMMON and the settings its module declares."""
+  declared = getattr(get(config.format), "OPTIONS", None)
+  if declared is None:  # TEMPORARY while formats are converted
+    return config
+  return source_options.of(config, declared)
+
+
 def image_level(config) -> bool:
   """True when the source labels whole images (the classification schema is its default)."""
   check = getattr(get(config.format), "image_level", None)
-  return bool(check and check(config))
+  return bool(check and check(options_of(config)))
 
 
 def possible_splits(config) -> Optional[set]:
-  return get(config.format).possible_splits(config)
+  return get(config.format).possible_splits(options_of(config))
+
+
+def fingerprint_patterns(config) -> Tuple[List[Tuple[str, str]], List[str]]:
+  return get(config.format).fingerprint_patterns(options_of(config))
 
 
 def check(config) -> None:
@@ -71,9 +88,9 @@ def check(config) -> None:
     check_label_map(config.label_map, config.first_id())
   for split, root in map(paths.parse_assignment, config.images):
     check_directory(root, f"--images {split + '=' if split else ''}".rstrip())
-  get(config.format).check(config)
+  get(config.format).check(options_of(config))
 
 
 def read(root, config, *, first_id: int, local: bool):
   """(SourceOutput, split names known before running) of the config's format."""
-  return get(config.format).read(root, config, first_id=first_id, local=local)
+  return get(config.format).read(root, options_of(config), first_id=first_id, local=local)

@@ -60,6 +60,7 @@ __all__ = [
     "range_bytes", "ranges", "read", "read_meta", "rotated_corners", "split_of"]
 
 MASKS = True  # polygons: --include-masks rasterizes them
+OPTIONS = ()  # only the common settings (sources/options.COMMON)
 
 
 def _inputs(config) -> List[Tuple[Optional[str], str, str]]:

@@ -45,6 +45,7 @@ __all__ = [
     "xml_stem"]
 
 MASKS = False
+OPTIONS = ("image_sets", "split")  # ImageSets/Main lists, unless --split assigns splits
 EXPORT_WHAT = "XMLs beside the images"  # what each split folder of an export holds
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "parse_line", "parse_names", "possible_splits", "read", "trailing_candidates"]
 
 MASKS = True  # segmentation polygons: --include-masks rasterizes them
+OPTIONS = ()  # only the common settings (sources/options.COMMON)
 IMAGES = False  # the yaml / obj.data names the images: --images is refused, never ignored
 EXPORT_WHAT = "data.yaml"  # what each split folder of an export holds
 
