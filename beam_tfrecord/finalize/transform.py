@@ -118,7 +118,7 @@ class Finalize(beam.DoFn):
       outputs.commit(self.config.output, run_directory, manifest, protected)
     # else: the run directory stays as the failed run's report, shards included, so that
     # `verify`/`inspect` can look at it; the next run into this output removes it
-    yield manifest
+    yield manifest.to_json()  # the manifest as written: what the launcher and tests read
 
   def _skip(self, if_changed: Dict) -> Dict:
     """--if-changed, sources unchanged: the output stays as it is, byte for byte; this run's

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from beam_tfrecord import cli
+from beam_tfrecord.cli import convert_config
 from beam_tfrecord.config import ConvertConfig
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: tests/cli/ is two below
@@ -40,7 +41,7 @@ def test_parsed_options_reach_the_config_unchanged():
           "d.csv", "--layout", "tfds", "--dataset-name", "ds", "--dataset-version", "2.0.1",
           "--plan-from", "earlier", "--incremental"]
   args, _ = cli.make_parser().parse_known_args(argv)
-  config = cli._config(args)
+  config = convert_config._config(args)
   assert config.inputs == ["a.json", "val=b.json"] and config.images == ["imgs"]
   assert (config.num_shards, config.max_error_rate, config.max_pixels) == (3, 0.25, 99)
   assert (config.bbox_policy, config.exif_frame, config.image_format) == ("drop", "stored", "png")
@@ -54,7 +55,7 @@ def test_parsed_options_reach_the_config_unchanged():
   assert config.plan_from == "earlier" and config.incremental
   strict, _ = cli.make_parser().parse_known_args(
       ["convert", "--input", "a", "--output", "o", "--strict"])
-  assert cli._config(strict).max_error_rate == 0.0
+  assert convert_config._config(strict).max_error_rate == 0.0
 
 
 def test_config_is_frozen():

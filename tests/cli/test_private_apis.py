@@ -6,13 +6,13 @@ import argparse
 
 
 def test_beam_argument_parser_knows_beam_options():
-  """cli._beam_parser builds on Beam's _BeamArgumentParser (what PipelineOptions parses with)
-  to tell Beam's options from unknown ones."""
+  """cli/beam_options._beam_parser builds on Beam's _BeamArgumentParser (what PipelineOptions
+  parses with) to tell Beam's options from unknown ones."""
   from apache_beam.options.pipeline_options import _BeamArgumentParser
 
-  from beam_tfrecord import cli
+  from beam_tfrecord.cli import beam_options
   assert issubclass(_BeamArgumentParser, argparse.ArgumentParser)
-  _, unknown = cli._beam_parser().parse_known_args(
+  _, unknown = beam_options._beam_parser().parse_known_args(
       ["--runner=DataflowRunner", "--direct_num_workers=2", "--no-such-option=1"])
   assert unknown == ["--no-such-option=1"]
 

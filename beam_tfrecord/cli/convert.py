@@ -1,0 +1,157 @@
+"""`beam-tfrecord convert`'s run: check, lock, build and run the pipeline, wait for the job
+(Dataflow's job id, templates, --no_wait_until_finish); its summary and exit code come from
+cli/outcome.py."""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+import uuid
+from typing import Sequence
+
+from beam_tfrecord import config as config_mod
+from beam_tfrecord.cli import outcome
+from beam_tfrecord.cli.process import (private_tempdir, startup_frozen,
+                                       terminate_as_exit)
+from beam_tfrecord.config import ConvertConfig
+from beam_tfrecord.errors import EXIT_FAILED, EXIT_OK, UsageError
+from beam_tfrecord.storage import paths
+
+
+def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[str],
+                break_lock: bool = False) -> int:
+  """Check, build and run the pipeline; print the summary. Returns the exit code.
+
+  Order matters: everything that can be checked (options, inputs, label map, the output's
+  ownership) is checked before the output directory is created; the lock is taken before
+  anything in it changes; only a successful run replaces an earlier output.
+  """
+  import apache_beam as beam
+  from apache_beam.options.pipeline_options import PipelineOptions
+
+  from beam_tfrecord import pipeline
+  from beam_tfrecord.finalize import lock as locks
+  from beam_tfrecord.finalize import output as outputs
+  from beam_tfrecord.storage.progress import Progress
+  from beam_tfrecord.sources import registry
+
+  options = PipelineOptions(list(beam_args))
+  standard = options.view_as(beam.options.pipeline_options.StandardOptions)
+  direct = options.view_as(beam.options.pipeline_options.DirectOptions)
+  if standard.runner is None:
+    # The local default, measured (benchmarks/README.md): Beam's FnApiRunner in process. It is
+    # what the DirectRunner falls back to offline, minus ~2 s spent trying to fetch Prism; on
+    # 2 cores multi_processing was slower (worker start-up, data passed between processes)
+    # and used 3x the memory.
+    standard.runner = "FnApiRunner"
+  if direct.direct_running_mode == "multi_threading":
+    print("beam-tfrecord: warning: Beam's multi_threading mode lost records under load in our "
+          "measurements; the run fails rather than finish incomplete if that happens",
+          file=sys.stderr)
+  building_only = _building_only(options)
+  if not building_only:
+    registry.check(config)
+    outputs.check_ownership(config.output, config.overwrite,
+                            config_mod.input_paths(config))
+  run_id = uuid.uuid4().hex
+  with private_tempdir(), terminate_as_exit():
+    try:
+      p = beam.Pipeline(options=options)
+    except (ValueError, ImportError) as e:  # a runner Beam cannot make (a dotted name)
+      raise UsageError(f"--runner {standard.runner}: {e}") from None
+    try:
+      pipeline.build(p, config, argv, run_id)
+    except ValueError as e:
+      raise UsageError(str(e)) from None
+    if building_only:
+      return _wait(p.run(), options) or EXIT_OK
+    from apache_beam.io.filesystems import FileSystems
+    created = not FileSystems.exists(config.output)
+    if created and not paths.is_remote(config.output):
+      try:
+        os.makedirs(config.output, exist_ok=True)
+      except OSError as e:  # a read-only parent or file system: one line, as for the lock
+        print(f"beam-tfrecord: cannot create the output directory {config.output} "
+              f"({e.strerror or e}); nothing was changed", file=sys.stderr)
+        return EXIT_FAILED
+    start = time.monotonic()
+    lock = locks.OutputLock(config.output, run_id, break_lock)
+    try:
+      lock.acquire()
+    except locks.LockNotWritten as e:  # a full disk: nothing left behind, one line
+      print(f"beam-tfrecord: {config.output}: {e}", file=sys.stderr)
+      if created and not paths.is_remote(config.output):
+        with contextlib.suppress(OSError):
+          os.rmdir(config.output)  # ours, and empty: the lock was removed
+      return EXIT_FAILED
+    with lock:
+      repaired = outputs.recover(config.output)
+      if repaired:
+        print(f"beam-tfrecord: {config.output}: {repaired}", file=sys.stderr)
+      outputs.check_ownership(config.output, config.overwrite,
+                              config_mod.input_paths(config))
+      outputs.remove_leftovers(config.output, keep=[outputs.LOCK])
+      with Progress(outputs.run_dir(config.output, run_id)), startup_frozen():
+        try:
+          result = p.run()  # local runners block here; remote ones return at once
+        except Exception as e:  # a DoFn raised past our error handling: a runner failure
+          first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+          print(f"beam-tfrecord: the pipeline failed ({type(e).__name__}: {first[:300]}); "
+                f"{config.output} is unchanged", file=sys.stderr)
+          return EXIT_FAILED
+        state = _wait(result, options)
+      if state is None:  # --no_wait_until_finish: the job goes on without us
+        return EXIT_OK
+      if str(state) not in ("DONE", "PipelineState.DONE"):
+        print(f"beam-tfrecord: pipeline ended in state {state}; {config.output} is unchanged",
+              file=sys.stderr)
+        return EXIT_FAILED
+      if config.source_fingerprint is not None:  # --if-changed: the workers may have skipped
+        skipped = outcome.skipped_line(result, config)
+        if skipped:
+          print(skipped)
+          return EXIT_OK
+    return outcome.summarize(config, run_id, time.monotonic() - start, created)
+
+
+def _building_only(options) -> bool:
+  """True when the run only builds a job (Dataflow --dry_run, a template): no input is read
+  and no output written here."""
+  from apache_beam.options.pipeline_options import (GoogleCloudOptions,
+                                                    TestOptions)
+  return bool(options.view_as(TestOptions).dry_run or
+              options.view_as(GoogleCloudOptions).template_location)
+
+
+def _wait(result, options):
+  """Wait for the job; its final state, or None when there is no run to wait for.
+
+  Dataflow: prints the job id in the form Airflow's Beam operator parses ("Created job with
+  id: [ID]") and the console URL; a failed or cancelled job (Beam raises) is its final state;
+  a template (--template_location, also how Flex Templates launch) or --dry_run only built
+  the job, and --no_wait_until_finish submits without waiting.
+  """
+  from apache_beam.options.pipeline_options import (GoogleCloudOptions,
+                                                    StandardOptions,
+                                                    TestOptions)
+  if getattr(result, "has_job", False):
+    gcp = options.view_as(GoogleCloudOptions)
+    print(f"Created job with id: [{result.job_id()}]\nDataflow console: "
+          f"https://console.cloud.google.com/dataflow/jobs/{gcp.region}/{result.job_id()}"
+          f"?project={gcp.project}", file=sys.stderr, flush=True)
+  elif type(result).__name__ == "DataflowPipelineResult" or options.view_as(TestOptions).dry_run:
+    print("beam-tfrecord: job built, not run (template or --dry_run)", file=sys.stderr)
+    return None
+  if options.view_as(StandardOptions).no_wait_until_finish and getattr(result, "has_job", False):
+    print("beam-tfrecord: job submitted, not waiting for it (--no_wait_until_finish)",
+          file=sys.stderr)
+    return None
+  try:
+    return result.wait_until_finish()
+  except (KeyboardInterrupt, SystemExit):
+    raise
+  except Exception as e:  # DataflowRuntimeException: the job ended FAILED or CANCELLED
+    state = getattr(result, "state", None)
+    print(f"beam-tfrecord: {type(e).__name__}: {e}", file=sys.stderr)
+    return state if state is not None else "FAILED"

@@ -1,0 +1,40 @@
+"""The commands that only read an output: inspect, show, verify. They never import Apache Beam
+(tests/test_layout.py runs them and checks)."""
+from __future__ import annotations
+
+import sys
+
+from beam_tfrecord.errors import UsageError
+
+
+def run(args) -> int:
+  """`inspect`, `show` or `verify`, as parsed; the exit code."""
+  from beam_tfrecord.readback import verify
+  if args.command == "inspect":
+    from beam_tfrecord.readback import stats
+    return stats.inspect_command(args.output, as_json=args.json, plot_path=args.plot)
+  if args.command == "show":
+    return _show(args)
+  return verify.run(args.output, repair=args.repair, break_lock=args.break_lock)
+
+
+def _show(args) -> int:
+  from beam_tfrecord.finalize.output import IncompleteOutput
+  from beam_tfrecord.readback import show
+  if args.n < 1:
+    print("beam-tfrecord: -n must be at least 1", file=sys.stderr)
+    return 2
+  try:
+    picture = show.show(args.output, split=args.split, n=args.n, seed=args.seed)
+  except (KeyError, ValueError) as e:
+    print(f"beam-tfrecord: {e.args[0] if e.args else e}", file=sys.stderr)
+    return 2
+  except IncompleteOutput as e:  # one line naming verify --repair, exit 2
+    raise UsageError(str(e)) from None
+  except OSError as e:  # no manifest.json: not a finished output
+    print(f"beam-tfrecord: {args.output} has no readable manifest.json ({e}); is it a "
+          "finished beam-tfrecord output?", file=sys.stderr)
+    return 2
+  picture.save(args.picture)
+  print(f"{args.picture}: {len(picture.info['tiles'])} examples of {args.output}")
+  return 0
