@@ -1,6 +1,6 @@
 """The ConvertConfig of `beam-tfrecord convert`'s parsed options: every option's dest is a
-field's name; validated, --format auto decided and printed, the schema chosen, --if-changed
-set up. The one place the command line builds its config (the demo makes its own fixed one)."""
+field's name; --if-changed set up, then checked once by config.checked (pipeline.build takes
+it as it is). The one place the command line builds its config (the demo makes its own)."""
 from __future__ import annotations
 
 import argparse
@@ -8,21 +8,16 @@ import dataclasses
 
 from beam_tfrecord import config as config_mod
 from beam_tfrecord.config import ConvertConfig
-from beam_tfrecord.errors import UsageError
 
 
 def build(args: argparse.Namespace) -> ConvertConfig:
-  """The config `convert` runs with; raises UsageError for what is wrong with the options or
-  the input."""
+  """The config `convert` runs with, checked once (config.checked: validated, --format auto
+  decided and printed, the schema chosen); raises UsageError for what is wrong with the
+  options or the input."""
   config = _config(args)
-  try:
-    config.validate()
-  except ValueError as e:
-    raise UsageError(str(e)) from None
-  config = _resolve(config)
   if args.if_changed:
     config = _if_changed(config)
-  return config
+  return config_mod.checked(config, announce=lambda line: print(line, flush=True))
 
 
 def _config(args: argparse.Namespace) -> ConvertConfig:
@@ -32,17 +27,6 @@ def _config(args: argparse.Namespace) -> ConvertConfig:
   if args.strict:
     values["max_error_rate"] = 0.0
   return ConvertConfig(**values)
-
-
-def _resolve(config: ConvertConfig) -> ConvertConfig:
-  """--format auto decided (and printed) and the schema chosen before anything runs; raises
-  UsageError for what is wrong with the input."""
-  if config.format == "auto":
-    from beam_tfrecord.sources import detect
-    found = detect.detect(config.inputs)
-    print(found.line(), flush=True)
-    config = dataclasses.replace(config, format=found.format, inputs=list(found.inputs))
-  return config_mod.resolve(config)
 
 
 def _if_changed(config: ConvertConfig) -> ConvertConfig:
