@@ -28,37 +28,39 @@ descriptions lack is an object-level 'unknown_class' error; an unusable value (a
 Confidence or flag that is no number, a row of the wrong width) an object-level error of its
 row; a file that cannot be read or has no Open Images header a file-level error.
 
-Reading reuses sources/csv.py's machinery: a file over csv.SPLIT_BYTES (V6's 2.3 GB train
-file: 35 ranges) is read in byte ranges by any worker, one line a record (csv.read_range); the
-files are sorted by ImageID, but a range's edge may cut an image's rows, so rows meet their
-image in a GroupByKey on (file, split, image root, ImageID); a line number comes from the line
-counts of the ranges before it (a side input of one entry per range). On the in-process runner
-one DoFn per file holds the rows by partition of ImageID in spill files on local disk
-(csv.HeldRows) and joins one partition at a time.
+Reading is the csv format's (sources/csv/readers.py): a file over storage.lines.SPLIT_BYTES
+(V6's 2.3 GB train file: 35 ranges) is read in byte ranges by any worker, one line a record
+(csv read_range); the files are sorted by ImageID, but a range's edge may cut an image's rows,
+so rows meet their image in a GroupByKey on (file, split, image root, ImageID); a line number
+comes from the line counts of the ranges before it (a side input of one entry per range). On
+the in-process runner one DoFn per file holds the rows by partition of ImageID in spill files
+on local disk (csv HeldRows) and joins one partition at a time.
 
 Largest element and memory, N rows in a file: plan, one header (13 or 21 columns); read, one
-row (at most csv.MAX_LINE_BYTES a line); group, one image's rows (Open Images: at most a few
+row (at most csv MAX_LINE_BYTES a line); group, one image's rows (Open Images: at most a few
 hundred boxes); line offsets, one entry per range (N / 600,000 for 64 MB ranges); in-process,
 ~2 x 8 MB of buffers plus one partition (file size / 4 MB partitions).
 """
 from __future__ import annotations
 
 import collections
-import dataclasses
 import math
 import posixpath
 import re
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
 from beam_tfrecord.errors import UsageError
-from beam_tfrecord.records.model import DEFAULT_SPLIT
-from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
-                                         InputError, ObjectAnnotation)
-from beam_tfrecord.sources import csv as csv_source
+from beam_tfrecord.records.model import (DEFAULT_SPLIT, Box, ErrorRecord,
+                                         ImageAnnotation, InputError,
+                                         ObjectAnnotation)
 from beam_tfrecord.sources.base import SourceOutput
-from beam_tfrecord.storage import paths
+from beam_tfrecord.sources.csv.columns import WRONG_WIDTH
+from beam_tfrecord.sources.csv.held import PARTITION_BYTES, SPILL_BUFFER_BYTES
+from beam_tfrecord.sources.csv.readers import (JoinRows, PlanCsv, ReadRows,
+                                               RowsOf, parsed_rows)
+from beam_tfrecord.storage import lines, paths
 from beam_tfrecord.storage.files import exists, parent, read_text
 
 HEADER = ("ImageID", "Source", "LabelName", "Confidence", "XMin", "XMax", "YMin", "YMax",
@@ -68,7 +70,7 @@ CLICK_COLUMNS = ("XClick1X", "XClick2X", "XClick3X", "XClick4X",
                  "XClick1Y", "XClick2Y", "XClick3Y", "XClick4Y")
 HEADERS = (HEADER, HEADER + CLICK_COLUMNS)
 
-# csv.py's fields -> Open Images columns; the extra fields are carried in each row's dict
+# the csv format's fields -> Open Images columns; the extra fields are carried in each row's dict
 COLUMN_MAP = {"filename": "ImageID", "class": "LabelName", "xmin": "XMin", "xmax": "XMax",
               "ymin": "YMin", "ymax": "YMax", "confidence": "Confidence",
               "truncated": "IsTruncated", "group_of": "IsGroupOf"}
@@ -166,12 +168,12 @@ def _flag(value, column: str) -> Optional[bool]:
 
 def parse_row(row: Mapping[str, Optional[str]], classes: Mapping[str, str]
               ) -> Tuple[str, Optional[Values]]:
-  """(ImageID, its box's Values) of one row as csv.read_rows / read_range give it (fields of
+  """(ImageID, its box's Values) of one row as csv read_rows / read_range give it (fields of
   COLUMN_MAP); Values None for a row of Confidence 0 (no box). InputError for an unusable
   row: malformed_row, missing_field, wrong_type, unknown_class."""
   image_id = (row.get("filename") or "").strip()
-  if row.get(csv_source.WRONG_WIDTH):
-    fields, expected = row[csv_source.WRONG_WIDTH]
+  if row.get(WRONG_WIDTH):
+    fields, expected = row[WRONG_WIDTH]
     raise InputError("parse", "malformed_row",
                      f"row for {image_id!r} has {fields} fields, the header {expected}")
   if not image_id:
@@ -213,26 +215,9 @@ def to_image(uri: str, split: str, image_root: str, image_id: str,
                          objects=objects, split=split)
 
 
-def _rows(lines, uri: str, classes: Mapping[str, str]
-          ) -> Iterator[Tuple[int, Union[Tuple[str, Optional[Values]], ErrorRecord, None]]]:
-  """(n, (ImageID, Values or None) | ErrorRecord with source `uri` | None for a blank line)
-  for each (n, row) of csv.csv_rows; a Confidence 0 row yields its image and then a warning."""
-  for n, row in lines:
-    if row is None:
-      yield n, None
-    elif isinstance(row, InputError):  # a line that is no row: it names no image to trust
-      yield n, row.record(uri, uri, level="object")
-    else:
-      try:
-        image_id, values = parse_row(row, classes)
-      except InputError as e:
-        name = (row.get("filename") or "").strip()
-        yield n, e.record(uri, name + IMAGE_SUFFIX if name else uri, level="object")
-        continue
-      yield n, (image_id, values)
-      if values is None:
-        mid = (row.get("class") or "").strip()
-        yield n, negative_label(uri, image_id + IMAGE_SUFFIX, f"{mid} ({classes[mid]})")
+def _image_name(row) -> str:
+  name = (row.get("filename") or "").strip()
+  return name + IMAGE_SUFFIX if name else ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,88 +238,43 @@ def _group(element, follow_symlinks: bool,
     yield beam.pvalue.TaggedOutput("errors", e.record(source, image_id + IMAGE_SUFFIX))
 
 
-class _ReadBoxes(beam.DoFn):
-  """A part from csv.PlanCsv, (split, uri, image root, header or None, start, end) ->
-  ((uri, split, image root, ImageID), ((start, n), Values or None)) per row. Tagged:
-    row_errors  (uri, start, n, ErrorRecord) of an unusable row, its line to complete;
-    lines       (uri, (start, lines read, header lines)) per range of a big file;
-    errors      a whole file's ErrorRecord (unreadable, no such columns, syntax error).
-  Largest element: one row; memory: one line (a range is streamed)."""
+class _BoxRows(RowsOf):
+  """A row: (None: the file's split, ImageID, (Values or None,)); a Confidence 0 row gives its
+  image and then a negative_label warning."""
+
+  def rows(self, rows, uri: str, state):
+    for n, item in parsed_rows(rows, uri, lambda row: (parse_row(row, self.classes), row),
+                               _image_name):
+      if type(item) is not tuple:
+        yield n, item
+        continue
+      (image_id, values), row = item
+      yield n, (None, image_id, (values,))
+      if values is None:
+        mid = (row.get("class") or "").strip()
+        yield n, negative_label(uri, image_id + IMAGE_SUFFIX, f"{mid} ({self.classes[mid]})")
+
+
+class _ReadBoxes(_BoxRows, ReadRows):
+  """csv ReadRows for box rows: a part from PlanCsv, (split, uri, image root, header or None,
+  start, end) -> ((uri, split, image root, ImageID), ((start, n), Values or None)) per row."""
 
   def __init__(self, classes: Mapping[str, str]):
+    super().__init__(COLUMN_MAP)
     self.classes = dict(classes)
 
-  def process(self, part):
-    from apache_beam.io.filesystems import FileSystems
-    split, uri, image_root, header, start, end = part
-    last = 0
-    try:
-      with FileSystems.open(uri, compression_type="uncompressed") as f:
-        for n, item in _rows(csv_source.csv_rows(f, header, start, end, COLUMN_MAP), uri,
-                             self.classes):
-          last = n
-          if item is None:
-            continue
-          if type(item) is ErrorRecord:
-            yield beam.pvalue.TaggedOutput("row_errors", (uri, start, n, item))
-            continue
-          image_id, values = item
-          yield (uri, split, image_root, image_id), ((start, n), values)
-    except (InputError, OSError) as e:
-      yield beam.pvalue.TaggedOutput("errors", csv_source.file_error(uri, e))
-    if header is not None:
-      yield beam.pvalue.TaggedOutput("lines", (uri, (start, last, header.lines)))
 
-
-class _JoinBoxes(beam.DoFn):
-  """(split, csv uri, image root) -> ImageAnnotation per image; tagged: errors. The
-  in-process runner's path: the file read in order (a big one line by line, as its ranges
-  are, so that the results are the distributed path's), rows held by partition of ImageID in
-  a csv.HeldRows (spilled to local disk past `buffer_bytes`; a row's Values ride in its
-  label slot), joined one partition at a time. Largest element: one image; memory: ~2 x
-  buffer_bytes plus one partition's rows."""
+class _JoinBoxes(_BoxRows, JoinRows):
+  """csv JoinRows for box rows (the in-process runner's path): rows held by partition of
+  ImageID (spilled to local disk past `buffer_bytes`), joined one partition at a time."""
 
   def __init__(self, classes: Mapping[str, str], follow_symlinks: bool, split_bytes: int,
-               partition_bytes: int = csv_source.PARTITION_BYTES,
-               buffer_bytes: int = csv_source.SPILL_BUFFER_BYTES):
-    self.classes = dict(classes)
-    self.follow_symlinks, self.split_bytes = follow_symlinks, split_bytes
-    self.partition_bytes, self.buffer_bytes = partition_bytes, buffer_bytes
+               partition_bytes: int = PARTITION_BYTES, buffer_bytes: int = SPILL_BUFFER_BYTES):
+    super().__init__(COLUMN_MAP, split_bytes, partition_bytes, buffer_bytes)
+    self.classes, self.follow_symlinks = dict(classes), follow_symlinks
 
-  def process(self, task):
-    from apache_beam.io.filesystems import FileSystems
-    split, uri, image_root = task
-    size = csv_source.file_size(uri)
-    partitions = min(csv_source.MAX_PARTITIONS,
-                     max(1, -(-(size or 0) // self.partition_bytes)))
-    held = csv_source.HeldRows(partitions, self.buffer_bytes)
-    try:
-      try:
-        with FileSystems.open(uri, compression_type="uncompressed") as f:
-          header, skip = None, 0
-          if size is not None and size > self.split_bytes:
-            header = csv_source.read_header(f, COLUMN_MAP)
-            skip = header.lines
-          lines = csv_source.csv_rows(f, header, header.end if header else 0, size or 0,
-                                    COLUMN_MAP)
-          for n, item in _rows(lines, uri, self.classes):
-            if item is None:
-              continue
-            if type(item) is ErrorRecord:
-              yield beam.pvalue.TaggedOutput(
-                  "errors", dataclasses.replace(item, source=f"{uri}:{n + skip}"))
-              continue
-            image_id, values = item
-            held.add(image_id, (split, image_id, n + skip, None, None, values, None))
-      except (InputError, OSError) as e:  # the rows before it are kept
-        yield beam.pvalue.TaggedOutput("errors", csv_source.file_error(uri, e))
-      for p in range(partitions):
-        for (row_split, image_id), rows in held.images(p).items():
-          yield from _group(((uri, row_split, image_root, image_id),
-                             [(line, values) for line, _, _, values, _ in rows]),
-                            self.follow_symlinks)
-    finally:
-      held.close()
+  def group(self, element):
+    return _group(element, self.follow_symlinks)
 
 
 class ReadOpenImages(beam.PTransform):
@@ -347,14 +287,14 @@ class ReadOpenImages(beam.PTransform):
   unusable rows (object level, at their file line), unknown classes, Confidence 0 rows
   (warnings), unsafe ImageIDs (image level) and unreadable files (file level).
 
-  A file over `split_bytes` is read by many workers: its header by one (csv.PlanCsv), its
+  A file over `split_bytes` is read by many workers: its header by one (csv PlanCsv), its
   byte ranges by any (_ReadBoxes), its rows grouped by image in a GroupByKey. `in_process`:
   one DoFn per file joins its rows through spill files instead (_JoinBoxes), same results.
   """
 
   def __init__(self, inputs: Sequence[Tuple[str, str, str]], classes: Mapping[str, str],
                follow_symlinks: bool = False, in_process: bool = False,
-               split_bytes: int = csv_source.SPLIT_BYTES):
+               split_bytes: int = lines.SPLIT_BYTES):
     super().__init__()
     self.inputs, self.classes = list(inputs), dict(classes)
     self.follow_symlinks = follow_symlinks
@@ -369,21 +309,17 @@ class ReadOpenImages(beam.PTransform):
       return SourceOutput(images=joined.images, errors=joined.errors)
     planned = (files
                | "SpreadFiles" >> beam.Reshuffle()
-               | "Plan" >> beam.ParDo(csv_source.PlanCsv(COLUMN_MAP, self.split_bytes))
+               | "Plan" >> beam.ParDo(PlanCsv(COLUMN_MAP, self.split_bytes))
                .with_outputs("rows", "errors", main="parts"))
     rows = (planned.parts
             | "SpreadParts" >> beam.Reshuffle()
             | "Parse" >> beam.ParDo(_ReadBoxes(self.classes)).with_outputs(
                 "row_errors", "lines", "errors", main="rows"))
-    offsets = beam.pvalue.AsSingleton(
-        rows.lines
-        | "AllLines" >> beam.combiners.ToList()
-        | "LineOffsets" >> beam.Map(csv_source.line_offsets))
+    offsets, row_errors = lines.line_numbers(rows.lines, rows.row_errors)
     grouped = (rows.rows
                | "GroupByImage" >> beam.GroupByKey()
                | "ToImage" >> beam.FlatMap(_group, self.follow_symlinks, offsets)
                .with_outputs("errors", main="images"))
-    row_errors = rows.row_errors | "LineNumbers" >> beam.Map(csv_source.with_line, offsets)
     errors = ((planned.errors, rows.errors, row_errors, grouped.errors)
               | "Errors" >> beam.Flatten())
     return SourceOutput(images=grouped.images, errors=errors)

@@ -26,7 +26,7 @@ class_out_of_range (the line's other boxes are kept); an unreadable file a file-
 Reading: one line is one image, so no grouping is needed. A file over SPLIT_BYTES is cut into
 byte ranges read by any worker (each line belongs to the range it starts in); error line
 numbers come from the line counts of the ranges before (a side input of one entry per range,
-csv.line_offsets). Largest element: one line (MAX_LINE_BYTES); memory: one line per worker,
+storage.lines). Largest element: one line (MAX_LINE_BYTES); memory: one line per worker,
 the class names (at most MAX_CLASSES_BYTES) and the range counts (file size / 64 MB).
 """
 from __future__ import annotations
@@ -40,10 +40,13 @@ import apache_beam as beam
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
                                          InputError, ObjectAnnotation)
-from beam_tfrecord.sources import csv as csv_source
 from beam_tfrecord.sources.base import SourceOutput
 from beam_tfrecord.storage import paths
-from beam_tfrecord.storage.files import exists, is_dir, list_dir, parent, read_text
+from beam_tfrecord.storage.files import (exists, is_dir, list_dir, open_read,
+                                         parent, read_text)
+from beam_tfrecord.storage.lines import (SPLIT_BYTES, file_error, file_size,
+                                         line_numbers, ranges)
+from beam_tfrecord.storage.lines import read_lines as read_range_lines
 
 EXPORT_FILE = "_annotations.txt"  # the file in each split folder of a Roboflow export
 CLASSES_BESIDE = "_classes.txt"   # the class names beside it (the default --classes-file)
@@ -51,11 +54,10 @@ SPLIT_WORDS = ("train", "trainval", "val", "valid", "validation", "test")
 EXPORT_SPLITS = ("train", "valid", "val", "validation", "test")
 
 # Budgets: a line holds one image's boxes (~20 bytes each: 1 MB is ~50,000 boxes); a class
-# file ~20 bytes a name (1 MB: ~50,000 classes); a file over SPLIT_BYTES (csv's 64 MB: COCO
-# train2017's ~25 MB file is one range) is read in ranges by many workers.
+# file ~20 bytes a name (1 MB: ~50,000 classes); a file over SPLIT_BYTES (storage.lines' 64 MB:
+# COCO train2017's ~25 MB file is one range) is read in ranges by many workers.
 MAX_LINE_BYTES = 1 << 20
 MAX_CLASSES_BYTES = 1 << 20
-SPLIT_BYTES = csv_source.SPLIT_BYTES
 DETECT_HEAD_BYTES = 64 << 10  # --format auto and check read at most this much of a file
 DETECT_LINES = 20             # ... and look at this many lines of it
 
@@ -135,22 +137,11 @@ def read_lines(fileobj, start: int, end: int, limit: Optional[int] = None
   """(n, text) for the n-th line (from 1) that starts in [start, end) of a file opened in
   binary, or (n, InputError) for a line over `limit` bytes ('too_large') or not UTF-8
   ('malformed_line'). A line that starts before `start` belongs to the range before, so the
-  lines do not depend on where the ranges are cut. Memory: one line. `limit`: MAX_LINE_BYTES."""
+  lines do not depend on where the ranges are cut (storage.lines). Memory: one line. `limit`:
+  MAX_LINE_BYTES."""
   limit = MAX_LINE_BYTES if limit is None else limit
-  at = csv_source.seek_line(fileobj, start, end)
-  number = 0
-  while at < end:
-    raw = fileobj.readline(limit + 1)
-    if not raw:
-      return
-    at += len(raw)
-    number += 1
-    if len(raw) > limit and raw[-1:] != b"\n":
-      while raw[-1:] != b"\n":  # the rest of the line, dropped as it is read
-        raw = fileobj.readline(limit + 1)
-        if not raw:
-          break
-        at += len(raw)
+  for number, raw in read_range_lines(fileobj, start, end, limit + 1):
+    if raw is None:
       yield number, InputError("parse", "too_large", f"the line is longer than {limit} bytes: "
                                "not a keras-yolo3 annotation line")
       continue
@@ -191,14 +182,13 @@ class _PlanText(beam.DoFn):
     self.split_bytes = split_bytes
 
   def process(self, task):
-    from apache_beam.io.restriction_trackers import OffsetRange
     split, uri, image_root = task
-    size = csv_source.file_size(uri)
+    size = file_size(uri)
     if size is None or size <= self.split_bytes:  # a missing file: its read reports it
       yield split, uri, image_root, 0, size if size is not None else 1 << 62
       return
-    for part in OffsetRange(0, size).split(self.split_bytes):
-      yield split, uri, image_root, part.start, part.stop
+    for start, end in ranges(size, self.split_bytes):
+      yield split, uri, image_root, start, end
 
 
 class _ReadLines(beam.DoFn):
@@ -213,11 +203,10 @@ class _ReadLines(beam.DoFn):
     self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
 
   def process(self, part):
-    from apache_beam.io.filesystems import FileSystems
     split, uri, image_root, start, end = part
     last = 0
     try:
-      with FileSystems.open(uri, compression_type="uncompressed") as f:
+      with open_read(uri) as f:
         for n, text in read_lines(f, start, end):
           last = n
           for item in image_of_line(text, uri, image_root, split, self.names,
@@ -227,7 +216,7 @@ class _ReadLines(beam.DoFn):
             else:
               yield item
     except (InputError, OSError) as e:
-      yield beam.pvalue.TaggedOutput("errors", csv_source.file_error(uri, e))
+      yield beam.pvalue.TaggedOutput("errors", file_error(uri, e))
     yield beam.pvalue.TaggedOutput("lines", (uri, (start, last, 0)))
 
 
@@ -287,11 +276,7 @@ class ReadYoloKeras(beam.PTransform):
     read = parts | "Read" >> beam.ParDo(_ReadLines(
         self.names, self.allow_absolute, self.follow_symlinks)).with_outputs(
             "row_errors", "lines", "errors", main="images")
-    offsets = beam.pvalue.AsSingleton(
-        read.lines
-        | "AllLines" >> beam.combiners.ToList()
-        | "LineOffsets" >> beam.Map(csv_source.line_offsets))
-    row_errors = read.row_errors | "LineNumbers" >> beam.Map(csv_source.with_line, offsets)
+    _, row_errors = line_numbers(read.lines, read.row_errors)
     categories = root | "Classes" >> beam.Create(
         [(name, i + self.first_id) for i, name in enumerate(self.names)])
     return SourceOutput(images=read.images,

@@ -127,6 +127,7 @@ def test_the_in_process_join_gives_the_distributed_result(tmp_path):
 def test_the_in_process_join_spills_partitions_and_keeps_file_order(tmp_path, monkeypatch):
   """Tiny partitions and buffer: rows go to spill files on disk and come back in file order,
   one partition at a time; the result is the GroupByKey path's."""
+  from beam_tfrecord.sources.csv import transform as csv_source  # _JoinCsv
   from beam_tfrecord.storage import spill
   path, _, _ = _dataset(tmp_path, rows=400, seed=3)
   flushed = []
@@ -260,6 +261,7 @@ def test_read_header_errors_are_read_rows_errors(data, reason):
 
 
 def test_read_range_refuses_a_line_over_the_budget_and_reads_on(monkeypatch):
+  from beam_tfrecord.sources.csv import reading as csv_source  # where the budgets are read
   monkeypatch.setattr(csv_source, "MAX_LINE_CHARS", 60)
   monkeypatch.setattr(csv_source, "MAX_LINE_BYTES", 4 * 60 + 2)
   # over the budget: 500 bytes, 61 commas; within it: 60 characters in 118 bytes
@@ -377,11 +379,3 @@ def test_a_big_classification_listing_gives_image_labels(tmp_path):
   assert _run(inputs, tmp_path, "split", split_bytes=120)[:2] == whole
   images, errors = whole
   assert errors == [] and len(images) == 10 and all("labels=(" in i for i in images)
-
-
-def test_line_offsets_count_the_lines_of_the_ranges_before():
-  counts = [("b.csv", (500, 7, 1)), ("a.csv", (900, 3, 2)), ("a.csv", (40, 10, 2)),
-            ("a.csv", (400, 5, 2))]
-  assert csv_source.line_offsets(counts) == {
-      ("a.csv", 40): 2, ("a.csv", 400): 12, ("a.csv", 900): 17, ("b.csv", 500): 1}
-  assert csv_source.line_offsets([]) == {}

@@ -139,6 +139,7 @@ def test_media_size_that_is_no_size_is_unknown():
 
 
 def test_load_line_budgets(monkeypatch):
+  from beam_tfrecord.sources.labelbox import ndjson as labelbox  # where the budget is read
   assert labelbox.load_line(b'{"data_row": {"id": "x"}}') == {"data_row": {"id": "x"}}
   for raw, reason in ((b'{"data_row": ', "malformed_json"), (b"[1, 2]", "malformed_json"),
                       (b"\xff\xfe{}", "malformed_json"),
