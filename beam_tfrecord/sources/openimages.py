@@ -396,6 +396,7 @@ def detect(path: str) -> Optional[str]:
 
 # --- the source protocol (sources/registry.py) ---
 
+OPTIONS = ("class_descriptions",)  # LabelName,DisplayName CSV
 MASKS = False  # boxes only: Open Images' segmentations are PNG masks of their own, not read
 
 

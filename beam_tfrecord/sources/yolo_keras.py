@@ -393,6 +393,7 @@ def detect(path: str) -> Optional[str]:
 # --- the source protocol (sources/registry.py) ---
 
 MASKS = False
+OPTIONS = ("classes_file",)  # one class name a line
 EXPORT_WHAT = EXPORT_FILE
 
 

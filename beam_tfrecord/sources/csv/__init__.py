@@ -49,6 +49,7 @@ __all__ = [
     "read_rows"]
 
 MASKS = False
+OPTIONS = ("columns", "csv_normalized")  # --csv-columns, parsed once (ConvertConfig.columns)
 EXPORT_FILE = "_annotations.csv"  # the file in each split folder of a Roboflow export
 _BEAM_NAMES = ("ReadCsv", "group_image")
 
@@ -66,14 +67,13 @@ def possible_splits(config) -> Optional[set]:
 
 def image_level(config) -> bool:
   """Classification listings (no box columns) are image-level: the classification schema."""
-  columns = parse_column_map(config.csv_columns)
-  return all(is_listing(uri, columns) for _, uri, _ in config.file_inputs())
+  return all(is_listing(uri, config.columns) for _, uri, _ in config.file_inputs())
 
 
 def read(root, config, *, first_id: int, local: bool) -> Tuple[SourceOutput, List[str]]:
   from beam_tfrecord.sources.csv.transform import ReadCsv
   inputs = config.file_inputs()
-  return (root | "ReadCsv" >> ReadCsv(inputs, parse_column_map(config.csv_columns),
+  return (root | "ReadCsv" >> ReadCsv(inputs, config.columns,
                                       config.allow_absolute_paths, config.follow_symlinks,
                                       config.csv_normalized, in_process=local),
           sorted({s for s, _, _ in inputs if s}))

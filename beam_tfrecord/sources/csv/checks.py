@@ -6,7 +6,7 @@ from typing import Mapping
 
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.records.model import InputError
-from beam_tfrecord.sources.csv.columns import FIELDS, parse_column_map
+from beam_tfrecord.sources.csv.columns import FIELDS
 from beam_tfrecord.sources.csv.reading import read_rows
 from beam_tfrecord.storage import paths
 
@@ -35,4 +35,4 @@ def check_input(uri: str, column_map: Mapping[str, str]) -> None:
 
 def check(config) -> None:
   for item in config.inputs:
-    check_input(paths.parse_assignment(item)[1], parse_column_map(config.csv_columns))
+    check_input(paths.parse_assignment(item)[1], config.columns)

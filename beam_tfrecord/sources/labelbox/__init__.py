@@ -65,6 +65,7 @@ __all__ = [
     "possible_splits", "read", "read_range", "row_data_name"]
 
 MASKS = True  # ImagePolygon: --include-masks rasterizes it
+OPTIONS = ()  # only the common settings (sources/options.COMMON)
 EXPORT_WHAT = "a Labelbox export v2 NDJSON"  # what each split folder of an export holds
 
 
