@@ -8,5 +8,5 @@ dataset card) and manifest.json in the run directory, which then replaces the ou
   lock.py         the output's lock
   card.py         the dataset card
   fingerprint.py  --if-changed: the sources' fingerprint
-  progress.py     the progress line
+  tfds_layout.py  --layout tfds: dataset_info.json, features.json (pure)
 """

@@ -5,5 +5,5 @@ split (duplicates dropped or routed), ErrorRecords for missing files, and {name:
   locate.py     PrepareImages (Beam)
   splitting.py  split names, --split fractions, the hash that assigns a split (pure)
   labels.py     BuildLabelMap (Beam)
-  label_map.py  label_map.pbtxt read and written (pure)
+  select.py     SelectClasses (Beam), class_selection.py: --classes/--class-map (pure)
 """
