@@ -10,7 +10,12 @@ categories. The JSON is written in pieces (1M images is ~290 MB: never one Pytho
   CACHE/small-v1-N/coco.json                  COCO instances JSON
 
 The folder is built under a temporary name and renamed when complete, so a cached one is whole.
-Usage: python benchmarks/small_dataset.py --images 200000
+Coordinates are integers by default; `--coordinates rounded` writes them with 2 decimals and
+`--coordinates full` at full precision, as labelling tools export them (repr's 17 significant
+digits and '%.19g''s 19, e.g. 0.3281332813835913200); `--polygons` adds an 8-point polygon
+`segmentation` to every annotation. Such datasets are cached as small-v1-N-COORDINATES[-poly]
+(write_json alone makes the JSON: benchmarks/coco_parse.py).
+Usage: python benchmarks/small_dataset.py --images 200000 [--coordinates full --polygons]
 """
 from __future__ import annotations
 
@@ -61,7 +66,43 @@ def boxes(index: int):
           (CATEGORIES[(index + 1) % 3][0], 30 + b, 20 + a // 2, 24, 12))
 
 
-def _write_json(path: str, count: int) -> None:
+COORDINATES = ("int", "rounded", "full")
+_PHI = 0.6180339887498949  # fractions spread by the golden ratio: no two alike in a row
+
+
+def _number(value: float, index: int, coordinates: str) -> str:
+  """A coordinate as the JSON text of the chosen kind."""
+  if coordinates == "int":
+    return str(int(value))
+  if coordinates == "rounded":
+    return f"{value:.2f}"
+  return repr(value) if index % 2 else f"{value:.19g}"  # 17 or 19 significant digits
+
+
+def annotation(index: int, k: int, category: int, box, coordinates: str = "int",
+               polygons: bool = False) -> str:
+  """The JSON text of image `index`'s k-th annotation (id 2 * index + k + 1)."""
+  if coordinates == "int":
+    x, y, w, h = box
+  else:  # a fraction in every value; x < 1 in 1 of 17 images (19 fraction digits in 'full')
+    f = (index * 2 + k) * _PHI % 1
+    x, y, w, h = box[0] - 2 + f, box[1] + f / 3, box[2] - f, box[3] + f / 7
+  num = lambda v, j: _number(v, index + j, coordinates)  # noqa: E731
+  area = num(w * h, 4) if coordinates != "int" else str(w * h)
+  text = (f'{{"id": {2 * index + k + 1}, "image_id": {index + 1}, "category_id": {category}, '
+          f'"bbox": [{num(x, 0)}, {num(y, 1)}, {num(w, 2)}, {num(h, 3)}], "area": {area}, '
+          f'"iscrowd": 0')
+  if polygons:  # an octagon inside the box
+    points = []
+    for j, (u, v) in enumerate(((0.3, 0), (0.7, 0), (1, 0.3), (1, 0.7), (0.7, 1), (0.3, 1),
+                                (0, 0.7), (0, 0.3))):
+      points += [num(x + u * w, j), num(y + v * h, j + 1)]
+    text += f', "segmentation": [[{", ".join(points)}]]'
+  return text + "}"
+
+
+def write_json(path: str, count: int, coordinates: str = "int", polygons: bool = False) -> None:
+  """The COCO instances JSON of the first `count` images, written in pieces."""
   with open(path, "w", encoding="utf-8") as f:
     f.write('{"info": ' + json.dumps({"description": f"beam-tfrecord small-image benchmark "
                                                       f"v{VERSION}, {count} images"}))
@@ -73,18 +114,19 @@ def _write_json(path: str, count: int) -> None:
     f.write('], "annotations": [')
     for start in range(0, count, CHUNK):
       f.write(("," if start else "") + ",".join(
-          f'{{"id": {2 * i + k + 1}, "image_id": {i + 1}, "category_id": {c}, '
-          f'"bbox": [{x}, {y}, {w}, {h}], "area": {w * h}, "iscrowd": 0}}'
+          annotation(i, k, c, (x, y, w, h), coordinates, polygons)
           for i in range(start, min(count, start + CHUNK))
           for k, (c, x, y, w, h) in enumerate(boxes(i))))
     f.write('], "categories": ' + json.dumps(
         [{"id": i, "name": n, "supercategory": "thing"} for i, n in CATEGORIES]) + "}")
 
 
-def ensure_small_dataset(count: int, cache_dir: str = DEFAULT_CACHE,
-                         verbose: bool = True) -> Dataset:
+def ensure_small_dataset(count: int, cache_dir: str = DEFAULT_CACHE, verbose: bool = True,
+                         coordinates: str = "int", polygons: bool = False) -> Dataset:
   """Make (once) and return the N-image hard-link dataset in cache_dir."""
-  root = os.path.join(cache_dir, f"small-v{VERSION}-{count}")
+  kind = "" if (coordinates, polygons) == ("int", False) else \
+      f"-{coordinates}" + ("-poly" if polygons else "")
+  root = os.path.join(cache_dir, f"small-v{VERSION}-{count}{kind}")
   k = sources_needed(count)
   if not os.path.isdir(root):
     start = time.monotonic()
@@ -101,7 +143,7 @@ def ensure_small_dataset(count: int, cache_dir: str = DEFAULT_CACHE,
         f.write(render(s))
     for i in range(count):
       os.link(paths[i % k], os.path.join(images, f"img_{i:08d}.jpg"))
-    _write_json(os.path.join(tmp, "coco.json"), count)
+    write_json(os.path.join(tmp, "coco.json"), count, coordinates, polygons)
     os.replace(tmp, root)
     if verbose:
       print(f"small dataset: {count} links to {k} sources in {time.monotonic() - start:.1f} s",
@@ -118,8 +160,12 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--images", type=int, default=200000, help="N (default 200000)")
   parser.add_argument("--cache-dir", default=DEFAULT_CACHE, help=f"default {DEFAULT_CACHE}")
+  parser.add_argument("--coordinates", choices=COORDINATES, default="int",
+                      help="int (default), rounded (2 decimals) or full (17-19 digits)")
+  parser.add_argument("--polygons", action="store_true", help="a polygon per annotation")
   args = parser.parse_args()
-  data = ensure_small_dataset(args.images, args.cache_dir)
+  data = ensure_small_dataset(args.images, args.cache_dir, coordinates=args.coordinates,
+                              polygons=args.polygons)
   print(f"{data.count} images, {data.boxes} boxes, {data.total_bytes / 1e6:.1f} MB in "
         f"{data.images_dir}\nannotations: {data.annotations}")
 

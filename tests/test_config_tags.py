@@ -74,3 +74,26 @@ def test_typed_values_are_parsed_once_and_cached():
   assert config.selection is config.selection and config.selection is not None
   changed = dataclasses.replace(config, split="train=1")  # a new config parses its own
   assert changed.fractions == {"train": 1.0}
+
+
+def test_each_format_declares_the_settings_it_reads():
+  """A format gets SourceOptions: COMMON and its OPTIONS, each a ConvertConfig setting (or a
+  typed value of one); reading anything else names the format."""
+  import pytest
+
+  from beam_tfrecord.sources import options as source_options
+  from beam_tfrecord.sources import registry
+  config = ConvertConfig(format="csv", inputs=["train=a.csv"], output="out",
+                         csv_columns="filename=path")
+  for name in registry.FORMATS:
+    declared = registry.get(name).OPTIONS
+    for option in declared:
+      assert hasattr(config, option), (name, option)
+    view = source_options.of(dataclasses.replace(config, format=name), declared)
+    assert view.inputs == ("train=a.csv",) and view.file_inputs()[0][:2] == ("train", "a.csv")
+  view = registry.options_of(config)
+  assert view.columns["filename"] == "path" and view.columns is config.columns  # typed, once
+  with pytest.raises(AttributeError, match="format csv reads the setting 'classes_file'"):
+    view.classes_file  # noqa: B018
+  import pickle
+  assert pickle.loads(pickle.dumps(view)) == view  # Beam carries it to the workers

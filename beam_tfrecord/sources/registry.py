@@ -61,10 +61,7 @@ def get(name: str) -> ModuleType:
 
 def options_of(config) -> source_options.SourceOptions:
   """What the config's format gets of it: COMMON and the settings its module declares."""
-  declared = getattr(get(config.format), "OPTIONS", None)
-  if declared is None:  # TEMPORARY while formats are converted
-    return config
-  return source_options.of(config, declared)
+  return source_options.of(config, get(config.format).OPTIONS)
 
 
 def image_level(config) -> bool:

@@ -189,7 +189,7 @@ def test_staged_job_carries_the_package(tmp_path):
              if f.endswith(".py")}
   missing = sorted(package - names)
   assert not missing, f"not in the staged package: {missing}"
-  for module in ("setup.py", "pipelines/coco_to_tfrecord.py", "beam_tfrecord/sources/coco.py"):
+  for module in ("setup.py", "pipelines/coco_to_tfrecord.py", "beam_tfrecord/sources/coco/__init__.py"):
     assert module in names
   assert "Name: beam-tfrecord" in info
   job = json.loads(template.read_text())

@@ -310,7 +310,7 @@ def _files(root) -> dict:
       "big_id_images_object": _write(root, "big_id_images_object.json", json.dumps(dict(
           good, images={"id": 0}, annotations=good["annotations"] + [
               {"id": 2 ** 70, "image_id": 1, "category_id": 2, "bbox": [1, 1, 2, 2]}]))),
-      # json reads these where streaming would not, or differently: streamed (whole_sections)
+      # json would read these where streaming does not, or differently: streamed
       "images_twice": _write(root, "twice.json", text[:-1] + ', "images": [{"id": 7, '
                              '"file_name": "3.jpg"}]}'),
       "nan_no_categories": _write(root, "nan_no_categories.json", json.dumps(
@@ -399,31 +399,8 @@ def test_both_joins_carry_segmentations_alike(tmp_path):
                                                                  include_masks=True)
 
 
-@pytest.mark.parametrize("name", WHOLE + STREAMED)
-def test_whole_sections_reads_what_streaming_reads_or_leaves_the_file_to_it(tmp_path, name):
-  """The in-worker join parses small files with json (coco.whole_sections): it must give the
-  entries, the sections found and the errors of stream_sections, or decline (None)."""
-  from beam_tfrecord.sources import coco
-  files = _files(str(tmp_path))
-  with open(files[name], "rb") as f:
-    data = f.read()
-  found, bad = set(), []
-  whole = coco.whole_sections(data, coco.SECTIONS, found, bad)
-  assert (whole is not None) == (name in WHOLE)
-  if whole is None:
-    return
-  streamed_found, streamed_bad = set(), []
-  with open(files[name], "rb") as f:
-    streamed = list(coco.stream_sections(f, coco.SECTIONS, found=streamed_found,
-                                         bad=streamed_bad))
-  assert [(k, e) for k, entries in whole for e in entries] == streamed and streamed
-  assert found == streamed_found
-  assert [(k, e.reason, e.message) for k, e in bad] == \
-      [(k, e.reason, e.message) for k, e in streamed_bad]
-
-
 def test_nesting_depth_is_counted_like_the_streaming_parser():
-  from beam_tfrecord.sources.coco import MAX_DEPTH, _deeper_than
+  from beam_tfrecord.sources.coco.scan import MAX_DEPTH, _deeper_than
   nested = lambda depth: ("[" * (depth - 1) + "]" * (depth - 1)).encode()
   assert not _deeper_than(b'{"a": ' + nested(MAX_DEPTH) + b"}", MAX_DEPTH)
   assert _deeper_than(b'{"a": ' + nested(MAX_DEPTH + 1) + b"}", MAX_DEPTH)
@@ -434,17 +411,14 @@ def test_nesting_depth_is_counted_like_the_streaming_parser():
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("name", ["good", "truncated", "nan", "images_not_array"])
-def test_files_over_the_whole_parse_limit_stream_from_the_bytes_already_read(
+def test_the_in_worker_join_streams_with_the_fast_path_and_ijson_where_only_it_can_tell(
     tmp_path, monkeypatch, name):
-  """The in-worker join reads a file once: over WHOLE_JSON_BYTES, fast_sections streams on
-  from the bytes read (coco._ReadOn). Where only ijson can tell (a truncated file, NaN), the
-  file is streamed again by ijson and the entries not given yet follow. Same records as the
-  distributed join."""
-  from beam_tfrecord.sources import coco
+  """The in-worker join reads a file with fast_sections. Where only ijson can tell (a
+  truncated file, NaN), the file is streamed again by ijson and the entries not given yet
+  follow. Same records as the distributed join."""
+  from beam_tfrecord.sources.coco import workers as coco
   files = _files(str(tmp_path))
   distributed = _read(files, name, join_in_worker=False)
-  monkeypatch.setattr(coco, "WHOLE_JSON_BYTES", 100)
-  assert os.path.getsize(files[name]) > 100
   fast, streamed = [], []
   real_fast, real_stream = coco.fast_sections, coco.stream_sections
   monkeypatch.setattr(coco, "fast_sections",
@@ -452,7 +426,7 @@ def test_files_over_the_whole_parse_limit_stream_from_the_bytes_already_read(
   monkeypatch.setattr(coco, "stream_sections",
                       lambda f, *a, **k: streamed.append(type(f)) or real_stream(f, *a, **k))
   assert _read(files, name, join_in_worker=True) == distributed
-  assert fast and set(fast) <= {coco._ReadOn}
+  assert fast
   assert bool(streamed) == (name in ("truncated", "nan")), streamed
 
 

@@ -349,6 +349,7 @@ def test_a_file_within_the_buffer_never_touches_the_disk(tmp_path, spill_root):
 
 
 def test_the_spill_directory_is_removed_when_parsing_fails(tmp_path, spill_root, monkeypatch):
+  from beam_tfrecord.sources.coco import workers as coco  # the module that calls the parser
   path = str(tmp_path / "messy.json")
   _messy(path, n=1500)
   root, flushes = spill_root
@@ -490,3 +491,101 @@ def test_a_number_cut_by_a_block_end_is_read_whole():
   big = b'{"images": [{"id": 1e' + b"4" + b'00}], "categories": []}'
   for block in range(1, len(big) + 1):  # 1e400 straddling any two blocks is still seen
     assert isinstance(_sections(coco.fast_sections, big, block=block)[3], ValueError)
+
+
+# --- the fast path's number check and its batches (issue 28) ---
+
+_INT_DIGITS = st.integers(1, 25) | st.sampled_from([300, 309, 320])
+_NUMBER_TEXT = st.builds(
+    lambda sign, lead, more, fraction, exponent: sign + lead + more + fraction + exponent,
+    st.sampled_from(["", "-"]), st.sampled_from("123456789"),
+    _INT_DIGITS.flatmap(lambda n: st.text("0123456789", min_size=n - 1, max_size=n - 1)),
+    st.sampled_from(["", "."]).flatmap(lambda dot: st.just("") if not dot else st.integers(
+        1, 45).flatmap(lambda n: st.text("0123456789", min_size=n, max_size=n).map(
+            lambda digits: "." + digits))),
+    st.sampled_from(["", "e5", "E-7", "e300", "e308", "e309", "E+400", "e-400", "e0001",
+                     "e" + "0" * 20 + "1"]))
+
+
+@settings(max_examples=500, deadline=None)
+@given(numbers=st.lists(_NUMBER_TEXT, min_size=1, max_size=4))
+def test_the_number_check_flags_exactly_what_ijson_refuses(numbers):
+  """Outside strings the check is exact: a number ijson refuses is always flagged (else the
+  fast path would read what the strict one stops at), and a number it reads never is (else
+  full-precision files would all go back to ijson)."""
+  import ijson
+
+  from beam_tfrecord.sources.coco.scan import _ijson_refuses
+  data = ("[" + ", ".join(numbers) + "]").encode()
+  try:
+    list(ijson.items(data, "item", use_float=True))
+    refused = False
+  except ijson.JSONError:
+    refused = True
+  assert _ijson_refuses(data) == refused, data
+
+
+def _full_precision_text(n: int = 400) -> bytes:
+  """Boxes, areas and polygons written with 17 and 19 significant digits (repr's and
+  '%.19g''s), a quarter of them below 1 (19 fraction digits: 0.3281332813835913200), as
+  labelling tools export them."""
+  import re
+  rng = random.Random(5)
+  number = lambda: rng.random() * rng.choice([1, 600, 600, 600])  # noqa: E731
+  doc = {"images": [{"id": i, "file_name": f"{i}.jpg", "width": 640, "height": 480}
+                    for i in range(n)],
+         "annotations": [{"id": i, "image_id": i // 2, "category_id": 1, "iscrowd": 0,
+                          "bbox": [number() for _ in range(4)], "area": number(),
+                          "segmentation": [[number() for _ in range(16)]]}
+                         for i in range(2 * n)],
+         "categories": [{"id": 1, "name": "cell"}]}
+  count = iter(range(10 ** 9))
+  text = re.sub(r"\d+\.\d+(?:e-?\d+)?", lambda m: m.group() if next(count) % 2 else
+                f"{float(m.group()):.19g}", json.dumps(doc))
+  assert re.search(r"\.\d{19}", text)
+  return text.encode()
+
+
+@pytest.mark.parametrize("block", [64, 4096, 1 << 20])
+def test_full_precision_floats_are_read_by_the_fast_path_itself(block):
+  """No fallback to ijson for 19-digit fractions (they used to read as integers past 2**63):
+  fast_sections gives stream_sections' entries, in batches and one at a time."""
+  data = _full_precision_text()
+  fast = _sections(coco.fast_sections, data, block=block)
+  assert fast[3] is None and fast == _sections(coco.stream_sections, data)
+  assert len(fast[0]) == 400 + 800 + 1
+
+
+@pytest.mark.parametrize("text", [
+    # the window's last '},' lies past the array's end: the batch stops at its ']'
+    b'{"images": [{"id": 1}, {"id": 2}], "categories": [{"id": 1}, {"id": 2}], "x": 1}',
+    b'{"annotations": [{"a": "},"}, {"b": "x\\"},"}, {"c": [{"d": 1}, {"e": 2}]}], "c": 3}',
+    b'{"images": [{"id": 1}, 5, [1, 2], {"id": 2}, "s", {"id": 3}], "categories": []}',
+    b'{"images": [{"id": 1}, {"id": NaN}, {"id": 3}], "categories": []}',
+    b'{"images": [{"id": 1}, {"id": 2}, ], "categories": []}',
+    b'{"images": [{"id": 1},{"id": 2},\n {"id": 3}\n ,{"id": 4}], "categories": []}',
+    b'{"images": [{"a": ' + b"[" * 28 + b"]" * 28 + b'}, {"id": 2}], "categories": []}',
+    b'{"images": [{"a": ' + b"[" * 29 + b"]" * 29 + b'}, {"id": 2}], "categories": []}',
+    b'{"images": [{"a": ' + b"[" * 30 + b"]" * 30 + b'}, {"id": 2}], "categories": []}',
+    b'{"images": [{"id": 1}, {"id": 12345678901234567890}, {"id": 3}], "categories": []}',
+])
+@pytest.mark.parametrize("block", [1, 7, 4096])
+def test_batches_read_what_streaming_reads(text, block):
+  _assert_same_as_streaming(text, block)
+
+
+_NESTED = st.recursive(st.sampled_from(['x\\"[', "a\\\\", "\u00e9]", "{}", "plain", 1, 2.5, None]),
+                       lambda inner: st.lists(inner, max_size=3) |
+                       st.dictionaries(st.sampled_from("ab"), inner, max_size=2), max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_NESTED, ascii_only=st.booleans(), limit=st.integers(1, 8))
+def test_the_byte_depth_check_never_passes_what_nests_deeper(value, ascii_only, limit):
+  """A batch of entries is read whole only when _deeper_than is sure that it nests no
+  deeper than allowed (escapes dropped; a bracket inside a string makes it unsure)."""
+  from beam_tfrecord.sources import depth
+  from beam_tfrecord.sources.coco.scan import _deeper_than
+  data = json.dumps({"k": value}, ensure_ascii=ascii_only).encode()
+  if depth.nests_deeper({"k": value}, limit):
+    assert _deeper_than(data, limit), data

@@ -107,6 +107,7 @@ def test_bad_shapes_are_object_errors_and_the_rest_is_kept():
 
 
 def test_load_json_budgets_and_foreign_files(monkeypatch):
+  from beam_tfrecord.sources.labelme import document as labelme  # MAX_JSON_BYTES read there
   doc = {"version": "5.5.0", "shapes": [], "imagePath": "a.jpg", "imageData": None}
   assert labelme.load_json(b"\xef\xbb\xbf" + json.dumps(doc).encode()) == doc  # BOM
   cases = {b"{\"shapes\": [": "malformed_json", b"\xff\xfe{}": "malformed_json",

@@ -1,0 +1,109 @@
+"""Images meet their objects and category names: join_image (one image's entries and
+objects to an ImageAnnotation or error records), duplicate category ids, and what category
+id 0 comes to without --label-map."""
+from __future__ import annotations
+
+import operator
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import apache_beam as beam
+
+from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation, InputError,
+                                         ObjectAnnotation)
+from beam_tfrecord.storage import paths
+
+def _duplicate_category(element):
+  """A category id given two different names in one file is reported; the smallest name
+  (the one PickCategory keeps) is used."""
+  (uri, category_id), names = element
+  names = sorted(set(names))
+  if len(names) > 1:
+    yield ErrorRecord(source=uri, stage="parse", reason="duplicate_category_id", key=uri,
+                      level="file",
+                      message=f"category id {category_id} is named {names}; {names[0]!r} is used")
+
+
+_INDEX = operator.itemgetter(0)
+
+
+def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: bool,
+               follow_symlinks: bool = False):
+  """((uri, image_id), {'image': [...], 'objects': [chunk, ...]}) -> ImageAnnotation | errors.
+
+  A chunk is a tuple of (index, category_id, (x0, y0, x1, y1), is_crowd, area, id,
+  segmentation)."""
+  (uri, image_id), grouped = element
+  images = list(grouped["image"])
+  objects = [o for chunk in grouped["objects"] for o in chunk]
+  source = f"{uri}#image_id={image_id}"
+  if not images:
+    for index, *_ in sorted(objects, key=lambda o: o[0]):  # one record per lost object
+      yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+          source=f"{uri}#annotations[{index}]", stage="parse", reason="unknown_image_id",
+          key=uri, level="object", message=f"the annotation refers to image id {image_id}, "
+          "which is not in `images`"))
+    return
+  split, image_root, file_name, width, height = (images[0] if len(images) == 1 else
+                                                 min(images, key=repr))
+  if len(images) > 1:
+    yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+        source=source, stage="parse", reason="duplicate_image_id", key=str(file_name),
+        level="warning",
+        message=f"image id {image_id} appears {len(images)} times; the first is used"))
+  try:
+    key, image_uri, size = paths.resolve_sized(image_root, file_name, allow_absolute,
+                                               follow_symlinks)
+  except InputError as e:
+    yield beam.pvalue.TaggedOutput("errors", e.record(source, file_name))
+    return
+  objs: List[ObjectAnnotation] = []
+  if len(objects) > 1:
+    objects.sort(key=_INDEX)
+  for _, category_id, box, is_crowd, area, ann_id, segmentation in objects:
+    name = categories.get((uri, category_id))
+    if name is None:
+      yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+          source=source, stage="parse", reason="unknown_category_id", key=key, level="object",
+          message=f"annotation of {file_name!r} has category_id {category_id}, "
+          "which is not in `categories`"))
+      continue
+    objs.append(ObjectAnnotation(label=name, box=Box(*box), is_crowd=is_crowd, area=area,
+                                 id=ann_id, segmentation=segmentation))
+  yield ImageAnnotation(key=key, uri=image_uri, source_id=str(image_id), source=uri,
+                        objects=tuple(objs), split=split, width=width, height=height,
+                        size_bytes=size)
+
+
+# The reason of the error that fails a run whose annotations use category id 0 with no
+# --label-map: finalize/manifest.USAGE_REASONS makes it exit 2, and the CLI's last line is
+# this record's key (the file) and message (what to do).
+CATEGORY_ZERO_USED = "category_zero_used"
+
+
+def category_zero(uri: str, used: Optional[int], defined: Sequence[Tuple[int, str]]
+                  ) -> Iterator[ErrorRecord]:
+  """What a file's category id 0 comes to without --label-map (0 is background in the TF OD
+  API, the dataset's name in Roboflow exports): `used`, the index of the first annotation
+  with category_id 0 (None: none has), fails the run; else each category 0 of `defined`
+  ((index in `categories`, name)) is dropped with a warning."""
+  if used is not None:
+    yield ErrorRecord(
+        source=f"{uri}#annotations[{used}]", stage="parse", reason=CATEGORY_ZERO_USED, key=uri,
+        level="file", message="annotations use category id 0, which the TF OD API reserves "
+        "for background; give --label-map with an id >= 1 for that category's name")
+    return
+  for index, name in sorted(defined):
+    yield ErrorRecord(
+        source=f"{uri}#categories[{index}]", stage="parse", reason="background_category",
+        key=uri, level="warning", message=f"category id 0 ({name!r}) is used by no "
+        "annotation and id 0 means background in the TF OD API: dropped (Roboflow exports name "
+        "the dataset this way)")
+
+
+def _zero_verdict(element) -> Iterator[ErrorRecord]:
+  """(uri, [('used', index) | ('defined', index, name), ...]) from the section tasks ->
+  category_zero's records."""
+  uri, notes = element
+  used = [note[1] for note in notes if note[0] == "used"]
+  yield from category_zero(uri, min(used) if used else None,
+                           [(note[1], note[2]) for note in notes if note[0] == "defined"])

@@ -1,0 +1,83 @@
+"""ReadCoco: COCO instances JSON files to a SourceOutput, through either join."""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import apache_beam as beam
+
+from beam_tfrecord.records.model import ImageAnnotation
+from beam_tfrecord.sources.base import SourceOutput
+from beam_tfrecord.sources.coco.join import _duplicate_category, _zero_verdict, join_image
+from beam_tfrecord.sources.coco.stream import SECTIONS
+from beam_tfrecord.sources.coco.workers import _JoinFile, _ParseSection
+
+class ReadCoco(beam.PTransform):
+  """COCO instances JSON files -> SourceOutput.
+
+  In: `inputs`, a list of (split or None, json_uri, image_root). Out: one ImageAnnotation per
+  COCO image (images without annotations included), ErrorRecords, and (name, category_id)
+  pairs, so that label ids keep COCO's category ids. With drop_background (no --label-map),
+  a category with id 0 is dropped with a warning when no annotation uses it, and a file whose
+  annotations use it gives a category_zero_used error, which fails the run (category_zero).
+  With include_masks each object carries its `segmentation` (as compact JSON) for the writer
+  to rasterize. join_in_worker (the in-process runner): each file is read and joined by one
+  _JoinFile, in bounded memory; else a task per file and section, and a CoGroupByKey.
+  """
+
+  def __init__(self, inputs: Sequence[Tuple[Optional[str], str, str]],
+               allow_absolute: bool = False, follow_symlinks: bool = False,
+               drop_background: bool = False, include_masks: bool = False,
+               join_in_worker: bool = False):
+    super().__init__()
+    self.inputs = list(inputs)
+    self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
+    self.drop_background = drop_background
+    self.include_masks = include_masks
+    self.join_in_worker = join_in_worker  # every file through _JoinFile
+
+  def expand(self, root):
+    whole = self.inputs if self.join_in_worker else []
+    streamed = [] if self.join_in_worker else self.inputs
+    images, categories, errors = [], [], []
+    if whole:
+      files = (root
+               | "Files" >> beam.Create(whole)
+               | "JoinFiles" >> beam.ParDo(_JoinFile(
+                   self.allow_absolute, self.follow_symlinks, self.drop_background,
+                   self.include_masks)).with_output_types(ImageAnnotation).with_outputs(
+                   "categories", "errors", main="images"))
+      images.append(files.images)
+      categories.append(files.categories)
+      errors.append(files.errors)
+    if streamed:
+      tasks = [(split, uri, image_root, section)
+               for split, uri, image_root in streamed for section in SECTIONS]
+      parsed = (root
+                | "Tasks" >> beam.Create(tasks)
+                | "Spread" >> beam.Reshuffle()
+                | "Stream" >> beam.ParDo(_ParseSection(
+                    self.allow_absolute, self.drop_background, self.include_masks))
+                .with_outputs("objects", "categories", "errors", "zero", main="images"))
+      categories.append(parsed.categories)
+      errors.append(parsed.errors)
+      errors.append(parsed.zero  # at most 2 per file and category 0, usually none
+                    | "GroupZero" >> beam.GroupByKey()
+                    | "CategoryZero" >> beam.FlatMap(_zero_verdict))
+    if len(categories) > 1:
+      categories = [tuple(categories) | "AllCategories" >> beam.Flatten()]
+    grouped = categories[0] | "GroupCategories" >> beam.GroupByKey()
+    by_key = grouped | "PickCategory" >> beam.MapTuple(lambda k, names: (k, min(names)))
+    errors.append(grouped | "DuplicateCategories" >> beam.FlatMap(_duplicate_category))
+    if streamed:
+      joined = ({"image": parsed.images, "objects": parsed.objects}
+                | "GroupByImage" >> beam.CoGroupByKey()
+                | "Join" >> beam.FlatMap(join_image, beam.pvalue.AsDict(by_key),
+                                         self.allow_absolute, self.follow_symlinks)
+                .with_output_types(ImageAnnotation).with_outputs("errors", main="images"))
+      images.append(joined.images)
+      errors.append(joined.errors)
+    if len(images) > 1:
+      images = [tuple(images) | "Images" >> beam.Flatten().with_output_types(ImageAnnotation)]
+    names = by_key | "Names" >> beam.MapTuple(lambda uri_id, name: (name, uri_id[1]))
+    return SourceOutput(images=images[0], errors=tuple(errors) | "Errors" >> beam.Flatten(),
+                        categories=names)

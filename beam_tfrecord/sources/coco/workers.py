@@ -1,0 +1,268 @@
+"""The DoFns that read COCO files on workers: _ParseSection (one section of one file, for
+the distributed join) and _JoinFile (a whole file in one pass, joined through spill files on
+the in-process runner), and how a file's bytes reach a parse path (_all_entries)."""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Tuple
+
+import apache_beam as beam
+
+from beam_tfrecord.records.model import ErrorRecord, InputError
+from beam_tfrecord.sources.coco.buffer import (MAX_PARTITIONS, PARTITION_BYTES,
+                                               SPILL_BUFFER_BYTES, SPILL_PARTITIONS,
+                                               _JoinBuffer)
+from beam_tfrecord.sources.coco.entries import (annotation_extras, annotation_fields,
+                                                parse_category, parse_image)
+from beam_tfrecord.sources.coco.join import category_zero, join_image
+from beam_tfrecord.sources.coco.scan import _NotStreamable, fast_sections
+from beam_tfrecord.sources.coco.stream import (SECTIONS, missing_section, stream_section,
+                                               stream_sections)
+
+# Annotations are combined per image before the join, so that it sees one element per image
+# rather than one per object (4.3 per image in the benchmark); the buffer is flushed at this
+# many objects to bound memory on files like train2017 (860k annotations).
+OBJECT_BUFFER = 200_000
+
+
+class _ParseSection(beam.DoFn):
+  """(split, json_uri, image_root, section) -> tagged small records.
+
+  images: ((uri, image_id), (split, image_root, file_name, width, height));
+  objects: ((uri, image_id), ((index, category_id, (x0, y0, x1, y1), is_crowd, area, id,
+  segmentation), ...)), several per image only when the buffer was flushed between its
+  annotations (id and segmentation from annotation_extras);
+  categories: ((uri, category_id), name);
+  zero, without --label-map (drop_background), for _zero_verdict: (uri, ('used', index)) for
+  the first annotation with category_id 0, (uri, ('defined', index, name)) for a category 0.
+  """
+
+  flush_objects = True  # _JoinFile keeps every object until the file is read
+
+  def __init__(self, allow_absolute: bool, drop_background: bool = False,
+               include_masks: bool = False):
+    self.allow_absolute = allow_absolute
+    self.drop_background = drop_background
+    self.include_masks = include_masks
+
+  def _keep(self, buffer, image_id: int, chunk: Tuple) -> None:
+    buffer.setdefault(image_id, []).append(chunk)
+
+  def _flush(self, uri, buffer):
+    for image_id, objects in buffer.items():
+      yield beam.pvalue.TaggedOutput("objects", ((uri, image_id), tuple(objects)))
+    buffer.clear()
+
+  def _emit(self, uri, split, image_root, section, index, record, buffer):
+    parse = {"images": parse_image, "annotations": annotation_fields,
+             "categories": parse_category}[section]
+    try:
+      parsed = parse(record)
+    except InputError as e:
+      level = {"images": "image", "annotations": "object"}.get(section, "file")
+      yield beam.pvalue.TaggedOutput("errors", e.record(
+          f"{uri}#{section}[{index}]", _best_key(uri, record), level=level))
+      return
+    if section == "images":
+      image_id, file_name, width, height = parsed
+      yield ((uri, image_id), (split, image_root, file_name, width, height))
+    elif section == "annotations":
+      # the index keeps the file's object order through the shuffle; the box travels as a
+      # plain tuple (a dataclass would be pickled); extras: (id, segmentation)
+      image_id, category_id, box, is_crowd, area = parsed
+      if category_id == 0 and self.drop_background and self._zero_used is None:
+        self._zero_used = index  # the run fails (category_zero)
+      extras = annotation_extras(record, self.include_masks)
+      self._keep(buffer, image_id, (index, category_id, box, is_crowd, area, *extras))
+      self._buffered += 1
+      if self.flush_objects and self._buffered >= OBJECT_BUFFER:
+        self._buffered = 0
+        yield from self._flush(uri, buffer)
+    elif parsed[0] == 0 and self.drop_background:
+      self._zero_defined.append((index, parsed[1]))  # dropped: warned of once 0 is known unused
+    else:
+      yield beam.pvalue.TaggedOutput("categories", ((uri, parsed[0]), parsed[1]))
+
+  def process(self, task):
+    split, uri, image_root, section = task
+    buffer: Dict[int, List[Tuple]] = {}
+    self._buffered = 0
+    self._zero_used, self._zero_defined = None, []
+    yield from self._parse(uri, split, image_root, section, buffer)
+    yield from self._flush(uri, buffer)
+    # the annotations and the categories are read by different tasks: _zero_verdict meets them
+    if self._zero_used is not None:
+      yield beam.pvalue.TaggedOutput("zero", (uri, ("used", self._zero_used)))
+    for index, name in self._zero_defined:
+      yield beam.pvalue.TaggedOutput("zero", (uri, ("defined", index, name)))
+
+  def _parse(self, uri, split, image_root, section, buffer):
+    from apache_beam.io.filesystems import FileSystems
+    done = 0
+    try:
+      with FileSystems.open(uri, compression_type="uncompressed") as f:
+        for record in stream_section(f, section):
+          yield from self._emit(uri, split, image_root, section, done, record, buffer)
+          done += 1
+      return
+    except InputError as e:
+      yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level="file"))
+      return
+    except Exception as e:  # ijson's syntax errors, an unreadable file
+      streaming_error = f"{type(e).__name__}: {e}"
+    yield from self._go_on(uri, split, image_root, section, done, streaming_error, buffer)
+
+  def _go_on(self, uri, split, image_root, section, done, streaming_error, buffer):
+    """After a streaming error: the section's entries from `done` on, from Python's json."""
+    try:
+      rest = _entries_after(uri, section, done)
+    except Exception as e:  # truly malformed: report, keep what was read
+      yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+          source=uri, stage="parse", reason="malformed_json", key=uri, level="file",
+          message=f"{section} after entry {done}: {streaming_error}; {type(e).__name__}: {e}"))
+      return
+    for index, record in enumerate(rest, start=done):
+      yield from self._emit(uri, split, image_root, section, index, record, buffer)
+
+
+
+def _entries_after(uri: str, section: str, done: int) -> List[Any]:
+  """Fallback for what ijson refuses but Python's json accepts (NaN, Infinity, 1e400):
+  load the whole file once and return the entries from `done` on."""
+  import json
+
+  from apache_beam.io.filesystems import FileSystems
+  with FileSystems.open(uri, compression_type="uncompressed") as f:
+    doc = json.load(f)
+  entries = doc.get(section, []) if isinstance(doc, dict) else None
+  if not isinstance(entries, list):
+    raise ValueError(f"`{section}` is not an array")
+  return entries[done:]
+
+
+
+def _all_entries(uri: str, found: set, bad: List[Tuple[str, InputError]]
+                 ) -> Iterator[Tuple[str, Any]]:
+  """stream_sections(file, SECTIONS, found, bad) of the file at `uri`, read by fast_sections.
+  Where fast_sections cannot be sure to read what ijson reads, the file is streamed again
+  with ijson (stream_sections), from the start, and the entries not given yet follow, with
+  ijson's own errors."""
+  from apache_beam.io.filesystems import FileSystems
+  given: Dict[str, int] = {}
+  with FileSystems.open(uri, compression_type="uncompressed") as f:
+    try:
+      for section, entry in fast_sections(f, SECTIONS, found=found, bad=bad):
+        given[section] = given.get(section, 0) + 1
+        yield section, entry
+      return
+    except _NotStreamable:
+      pass  # what ijson would stop at, or not JSON: ijson decides, from the start
+  found.clear()
+  del bad[:]
+  seen: Dict[str, int] = {}
+  with FileSystems.open(uri, compression_type="uncompressed") as f:
+    for section, entry in stream_sections(f, SECTIONS, found=found, bad=bad):
+      seen[section] = seen.get(section, 0) + 1
+      if seen[section] > given.get(section, 0):  # the entries not given already
+        yield section, entry
+
+
+class _JoinFile(_ParseSection):
+  """(split, json_uri, image_root) -> ImageAnnotation; tagged: categories ((uri, id), name) and
+  errors, as ReadCoco's distributed path gives them.
+
+  The whole file in one pass over its bytes, joined here: one element per image from the
+  start, where the distributed path parses the file once per section and meets images and
+  their objects in a CoGroupByKey. COCO's categories come last, so images and objects wait in
+  a _JoinBuffer, spilled to local disk by partition of image id past `buffer_bytes`, and are
+  joined one partition at a time: memory is bounded by the buffer plus one partition, not by
+  the file. Used for every file on the in-process runner (one stage at a time, one thread).
+  Images come out by partition, not in the file's order.
+  """
+
+  flush_objects = False
+
+  def __init__(self, allow_absolute: bool, follow_symlinks: bool = False,
+               drop_background: bool = False, include_masks: bool = False,
+               partitions: int = SPILL_PARTITIONS, buffer_bytes: int = SPILL_BUFFER_BYTES):
+    super().__init__(allow_absolute, drop_background, include_masks)
+    self.follow_symlinks = follow_symlinks
+    self.partitions, self.buffer_bytes = partitions, buffer_bytes
+
+  def _keep(self, buffer, image_id: int, chunk: Tuple) -> None:
+    buffer.add_object(image_id, chunk)
+
+  def _partitions(self, uri: str) -> int:
+    try:
+      from apache_beam.io.filesystems import FileSystems
+      size = FileSystems.get_filesystem(uri).size(uri)
+    except Exception:  # missing or unreadable: parsing reports it
+      size = 0
+    return min(MAX_PARTITIONS, max(self.partitions, -(-size // PARTITION_BYTES)))
+
+  def process(self, task):
+    split, uri, image_root = task
+    buffer = _JoinBuffer(self._partitions(uri), self.buffer_bytes)
+    names: Dict[Tuple[str, int], List[str]] = {}
+    self._buffered = 0
+    self._zero_used, self._zero_defined = None, []
+    try:
+      for out in self._parse_all(uri, split, image_root, buffer):
+        if not isinstance(out, beam.pvalue.TaggedOutput):
+          (_, image_id), (_, _, file_name, width, height) = out
+          buffer.add_image(image_id, file_name, width, height)
+          continue
+        if out.tag == "categories":
+          names.setdefault(out.value[0], []).append(out.value[1])
+        yield out
+      for error in category_zero(uri, self._zero_used, self._zero_defined):
+        yield beam.pvalue.TaggedOutput("errors", error)
+      categories = {key: min(found) for key, found in names.items()}  # as PickCategory
+      for p in range(buffer.partitions):
+        images, objects = buffer.partition(p)
+        for image_id, found in images.items():
+          kept = objects.pop(image_id, None)
+          yield from join_image(
+              ((uri, image_id), {"image": [(split, image_root, *f) for f in found],
+                                 "objects": [kept] if kept else []}),
+              categories, self.allow_absolute, self.follow_symlinks)
+        for image_id, kept in objects.items():  # objects of an unknown image: reported
+          yield from join_image(((uri, image_id), {"image": [], "objects": [kept]}),
+                                categories, self.allow_absolute, self.follow_symlinks)
+    finally:
+      buffer.close()
+
+  def _parse_all(self, uri, split, image_root, buffer):
+    """_parse for every section in one pass; after a streaming error, each section goes on
+    from where it was, as the per-section tasks do."""
+    done = dict.fromkeys(SECTIONS, 0)
+    found: set = set()
+    bad: List[Tuple[str, InputError]] = []
+    streaming_error = None
+    try:
+      for section, record in _all_entries(uri, found, bad):
+        yield from self._emit(uri, split, image_root, section, done[section], record, buffer)
+        done[section] += 1
+    except InputError as e:  # not an object, too deep
+      for _ in SECTIONS:  # each section's task reports it
+        yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level="file"))
+      return
+    except Exception as e:  # ijson's syntax errors, an unreadable file
+      streaming_error = f"{type(e).__name__}: {e}"
+    for _, error in bad:  # a section that is not an array
+      yield beam.pvalue.TaggedOutput("errors", error.record(uri, uri, level="file"))
+    for section in SECTIONS:
+      if streaming_error is not None:
+        if section not in dict(bad):
+          yield from self._go_on(uri, split, image_root, section, done[section],
+                                 streaming_error, buffer)
+        continue
+      error = None if section in found else missing_section(section)
+      if error:
+        yield beam.pvalue.TaggedOutput("errors", error.record(uri, uri, level="file"))
+
+
+def _best_key(uri: str, entry: Any) -> str:
+  """The key of an error about one entry: an image entry's file_name when it has one, else the
+  annotation file (error records never go without a key)."""
+  name = entry.get("file_name") if isinstance(entry, dict) else None
+  return name if isinstance(name, str) and name else uri
