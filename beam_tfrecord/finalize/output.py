@@ -106,9 +106,6 @@ def files_of(manifest: Union[Manifest, Dict]) -> List[str]:
 
   These are the names an --overwrite deletes, and a manifest is plain JSON anyone can edit:
   UnsafeName (a ValueError) unless every one is a plain name directly inside the output."""
-  if isinstance(manifest, dict) and not isinstance(manifest.get("files", []), list):
-    raise paths.UnsafeName(f"'files' is {type(manifest['files']).__name__}, not a list of "
-                           "file names")
   try:
     manifest = Manifest.of(manifest)
   except ValueError as e:  # its file list cannot be told: nothing may be deleted by it
