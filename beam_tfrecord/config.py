@@ -101,6 +101,9 @@ class ConvertConfig:
   tfds_root: Optional[str] = setting(RUNTIME, None)  # --layout tfds, resolved: the OUT given
   plan_from: Optional[str] = setting(RUNTIME, None)  # an earlier output's shard bounds to keep
   incremental: bool = setting(RUNTIME, False)        # re-encode only what changed since it
+  append: bool = setting(RUNTIME, False)   # a versioned output: DEST/versions/<V>, DEST/LATEST
+  compact: bool = setting(RUNTIME, False)  # --append: a full version with a fresh plan
+  keep: int = setting(RUNTIME, 0)          # --append: versions kept (0: all)
 
   def settings(self, *kinds: str) -> Dict[str, Any]:
     """{field: value as given} of the fields of these kinds (all when none is named)."""
@@ -237,6 +240,15 @@ class ConvertConfig:
         not self.incremental:
       raise ValueError("--plan-from names --output itself: give --incremental --overwrite to "
                        "update an output in place")
+    if (self.compact or self.keep) and not self.append:
+      raise ValueError("--compact and --keep go with --append")
+    if self.keep < 0:
+      raise ValueError("--keep must be 0 (keep every version) or more")
+    if self.append and (self.sink != "shards" or self.overwrite):
+      raise ValueError("--append needs --sink shards and makes versions: no --overwrite")
+    if self.append and self.source_fingerprint is not None and \
+        self.source_fingerprint.get("compute"):
+      raise ValueError("--append compares the sources itself: leave out --if-changed")
     if self.layout not in LAYOUTS:
       raise ValueError(f"--layout must be one of {', '.join(LAYOUTS)}")
     if self.layout == "tfds":

@@ -172,9 +172,10 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
 
   # --- --plan-from / --incremental: the earlier output's plan (and shards, to compare with)
   previous, incremental = earlier_output(config)
-  indexing = Indexing(index=bool(config.plan_from or config.incremental),
+  indexing = Indexing(index=bool(config.plan_from or config.incremental or config.append),
                       previous=previous if config.incremental else None,
-                      reuse=bool(incremental) and not incremental["reason"])
+                      reuse=bool(incremental) and not incremental["reason"],
+                      append=config.append)
   previous_plan = previous.splits if previous is not None else None
 
   template = config.shard_name_template
@@ -187,7 +188,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
     counts, sort_errors = packed_images | "SortRuns" >> sort_runs
     planned = counts | "Plan" >> PlanShards(
         config.num_shards, config.shard_size_mb, staging, config.records_per_shard, template,
-        sort_runs.span, previous_plan)
+        sort_runs.span, previous_plan, append=config.append and previous_plan is not None)
     plan = beam.pvalue.AsSingleton(planned)
     processes, min_images = writer_processes(root, config)
     tasks = root | "Shards" >> beam.Create([None]) | "ShardTasks" >> beam.FlatMap(

@@ -251,6 +251,28 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       "when the settings that shape records (schema, feature names, resizing, "
                       "masks, ...) or the label map changed, or the plan was made afresh; "
                       "without an earlier output it is a full run that writes the indexes")
+  add(parser, "--append", action="store_true",
+                      help="for scheduled runs: make or extend a versioned output. --output "
+                      "DEST gets DEST/versions/<V>/ (each an ordinary output) and DEST/LATEST "
+                      "(a one-line file naming the latest version), written last and only "
+                      "after the new version checked out. A run compares the sources with "
+                      "LATEST's version (names, file stamps: size, modification and change "
+                      "time, inode; annotations) without reading an image: added images go "
+                      "into new delta shards, shards holding changed or removed images are "
+                      "rewritten (their unchanged records copied), every other shard is the "
+                      "earlier file itself (a hard link; gs://: a server-side copy). Nothing "
+                      "changed: nothing published, exit 0. A full version (a fresh plan) is "
+                      "made the first time, on --compact, when delta shards hold more than "
+                      "10%% of a split or number more than 64, or when a setting that shapes "
+                      "records changed; the summary says why. Readers (reader.load, verify, "
+                      "inspect, show) given DEST read LATEST's version")
+  add(parser, "--compact", action="store_true",
+                      help="with --append: make the new version in full with a fresh plan "
+                      "(delta shards merged), even when few images changed")
+  add(parser, "--keep", type=int, default=0, metavar="K",
+                      help="with --append: keep the newest K versions (always the one LATEST "
+                      "names) and delete older ones; a file is deleted only when no kept "
+                      "version uses it (default 0: keep every version)")
   add(parser, "--if-changed", action="store_true",
                       help="for scheduled runs: skip (exit 0) when the sources (annotation files, "
                       "image listing: names, sizes, modification times) and settings equal the "

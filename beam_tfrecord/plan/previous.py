@@ -83,12 +83,18 @@ def from_manifest(directory: str, manifest: Union[Manifest, Mapping[str, Any]],
       planned = tuple(int(n) for n in entry["planned"])
       if len(planned) != len(bounds) + 1 or list(bounds) != sorted(bounds):
         raise ValueError(f"split {split!r}: its bounds and planned sizes do not fit")
-      splits[split] = PreviousSplit(bounds, planned)
-      files = [s.path for s in manifest.splits[split].shards]
-      if len(files) != len(planned):
+      files = [sh.path for sh in manifest.splits[split].shards]
+      segments = _segments(entry.get("segments"), len(bounds) + 1, len(files))
+      if not segments and len(files) != len(planned):
         raise ValueError(f"split {split!r}: {len(files)} shard files for {len(planned)} shards")
-      for name in files + list(entry.get("indexes") or []):
+      index_names = list(entry.get("indexes") or [])
+      if index_names and len(index_names) != len(files):
+        raise ValueError(f"split {split!r}: {len(index_names)} indexes for {len(files)} shards")
+      for name in files + index_names:
         paths.child(directory, name)  # a name that would leave the directory: refused
+      info = manifest.splits[split]
+      splits[split] = PreviousSplit(bounds, planned, segments,
+                                    int(info.images) + int(getattr(info, "rejected", 0) or 0))
       shards[split] = tuple(files)
       indexes[split] = tuple(entry.get("indexes") or ("",) * len(files))
       images[split] = manifest.splits[split].images
@@ -100,6 +106,22 @@ def from_manifest(directory: str, manifest: Union[Manifest, Mapping[str, Any]],
     raise UsageError(f"{option} {directory}: its manifest.json has no usable shard plan "
                      f"({e})") from None
   return Previous(directory, splits, shards, indexes, label_map, settings, images)
+
+
+def _segments(value: Any, ranges: int, files: int) -> Tuple[Tuple[int, int], ...]:
+  """--append's `segments` of a split (the base ranges each shard file covers), checked:
+  one per file, integers with 0 <= first < end <= ranges. () when the output has none."""
+  if value is None:
+    return ()
+  if not isinstance(value, list) or len(value) != files:
+    raise ValueError(f"its segments are not one per shard file ({files})")
+  out = []
+  for item in value:
+    if (not isinstance(item, list) or len(item) != 2 or
+        not all(type(v) is int for v in item) or not 0 <= item[0] < item[1] <= ranges):
+      raise ValueError(f"segment {item!r} is not [first, end] within {ranges} ranges")
+    out.append((item[0], item[1]))
+  return tuple(out)
 
 
 def changed_settings(now: Mapping[str, Any], previous: Previous) -> List[str]:
@@ -120,6 +142,15 @@ def plan_record(plan: ShardPlan, stats: Sequence[Mapping]) -> Dict[str, Dict]:
   record = {}
   for split, split_plan in sorted(plan.splits.items()):
     before = plan.previous.get(split)
+    if split_plan.segments:  # --append: the files Finalize kept, in their final order
+      files = sorted((s for s in stats if s["split"] == split and s.get("shard") is not None
+                      and not s.get("empty")), key=lambda s: s["shard"])
+      record[split] = {
+          "bounds": [encode_bound(b) for b in before.bounds], "planned": list(before.planned),
+          "unit": "records" if split_plan.by_records else "images",
+          "segments": [list(s["segment"]) for s in files],
+          "indexes": [s["index"] for s in files]}
+      continue
     if before is not None:
       bounds = [encode_bound(b) for b in before.bounds]
       planned = list(before.planned)

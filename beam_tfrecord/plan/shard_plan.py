@@ -128,12 +128,22 @@ class SplitPlan:
   records: Tuple[int, ...] = ()
   span: int = 1  # partitions per run file
   bounds: Tuple[Bound, ...] = ()  # --plan-from: where shards 1.. begin (else: not known yet)
+  # --append: the version's shard files, each a Segment over the base ranges (the ranges the
+  # bounds cut; starts has one per range); empty: shard i is base range i
+  segments: Tuple["Segment", ...] = ()
 
   def shard_range(self, shard: int) -> Tuple[int, int]:
     """[lo, hi) of the positions shard `shard` holds (the last: every position to the end,
     images of no record at the very end included)."""
+    if self.segments:
+      return self.ranges_range(self.segments[shard].first, self.segments[shard].end)
     hi = self.starts[shard + 1] if shard + 1 < self.num_shards else self.offsets[-1] + 1
     return self.starts[shard], hi
+
+  def ranges_range(self, first: int, end: int) -> Tuple[int, int]:
+    """[lo, hi) of the positions of base ranges [first, end)."""
+    hi = self.starts[end] if end < len(self.starts) else self.offsets[-1] + 1
+    return self.starts[first], hi
 
   def runs_of(self, shard: int) -> List[Tuple[int, int]]:
     """(run file, position of its first image) of every run holding partitions with images
@@ -238,11 +248,37 @@ def add_counts(acc: PlanCounts, key: Tuple[str, int], counts: Sequence[int]) -> 
 
 
 @dataclasses.dataclass(frozen=True)
+class Segment:
+  """--append: one shard file of a version, over base ranges [first, end) of its split.
+  `previous` >= 0: the earlier version's shard file of that number, whose images are those
+  its index lists (kept, or rewritten when one changed or went); -1: a new delta shard, the
+  images of its ranges that no earlier shard lists (added since)."""
+  first: int
+  end: int
+  previous: int = -1
+
+
+@dataclasses.dataclass(frozen=True)
 class PreviousSplit:
   """One split of an earlier output's plan (its manifest's `shard_plan`): where its shards
-  begin, and the sizes (positions) its shards had when that plan was first made."""
+  begin, and the sizes (positions) its shards had when that plan was first made. segments:
+  (first, end) base ranges of each of its shard files, in order ((i, i + 1) for shard i
+  when it had no delta shards)."""
   bounds: Tuple[Bound, ...]
   planned: Tuple[int, ...]
+  segments: Tuple[Tuple[int, int], ...] = ()
+  images: int = 0  # images (written or rejected) of the split in that output
+
+  def segments_or_base(self) -> Tuple[Tuple[int, int], ...]:
+    return self.segments or tuple((i, i + 1) for i in range(len(self.bounds) + 1))
+
+
+def delta_groups(ranges: int, added: int, target: int) -> List[Tuple[int, int]]:
+  """--append: the base ranges [first, end) each new delta shard covers. Every range is
+  covered (an image added anywhere has a shard to go to); as many groups as shards of
+  `target` images the estimated `added` images make, at least one. Pure."""
+  groups = max(1, min(ranges, math.ceil(max(added, 0) / max(target, 1))))
+  return [(g * ranges // groups, (g + 1) * ranges // groups) for g in range(groups)]
 
 
 # a shard that would hold more than this times its planned size makes the plan afresh
@@ -251,10 +287,13 @@ REBALANCE_FACTOR = 2
 
 def make_plan(counts: PlanCounts, num_shards: Optional[int], shard_size_mb: Optional[float],
               records_per_shard: Optional[int] = None, span: int = 1,
-              previous: Optional[Mapping[str, PreviousSplit]] = None) -> ShardPlan:
+              previous: Optional[Mapping[str, PreviousSplit]] = None,
+              append: bool = False) -> ShardPlan:
   """The run's plan from its counts. With `previous` (--plan-from), a split the earlier plan
   has keeps its bounds; if that would make any shard more than REBALANCE_FACTOR times its
-  planned size, every split is planned afresh and `fallback` says why."""
+  planned size, every split is planned afresh and `fallback` says why. With `append`, a kept
+  split's shards are its earlier shard files (segments) plus new delta shards
+  (delta_groups); base shards never grow, so there is no rebalance."""
   by_split: Dict[str, Dict[int, Counts]] = {}
   below: Dict[str, Dict[int, Counts]] = {}
   for (split, p), c in counts.items():
@@ -274,6 +313,16 @@ def make_plan(counts: PlanCounts, num_shards: Optional[int], shard_size_mb: Opti
       continue
     kept[split] = plan_split(split, by_split[split], None, None, records_per_shard, span,
                              bounds=before.bounds, below=below.get(split, {}))
+    if append:
+      old = before.segments_or_base()
+      ranges = len(before.bounds) + 1
+      target = sorted(before.planned)[len(before.planned) // 2] if before.planned else 1
+      new = delta_groups(ranges, kept[split].count - before.images, target)
+      segments = tuple(Segment(a, b, i) for i, (a, b) in enumerate(old)) + tuple(
+          Segment(a, b) for a, b in new)
+      kept[split] = dataclasses.replace(kept[split], segments=segments,
+                                        num_shards=len(segments), records=())
+      continue
     grown = grown_shard(kept[split], before.planned)
     if grown:
       return ShardPlan(splits=fresh, fallback=f"split {split!r}: {grown}; the shards are "

@@ -126,10 +126,11 @@ class _PlanFn(beam.CombineFn):
 
   def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float],
                records_per_shard: Optional[int] = None, span: int = 1,
-               previous: Optional[Dict[str, shard_plan.PreviousSplit]] = None):
+               previous: Optional[Dict[str, shard_plan.PreviousSplit]] = None,
+               append: bool = False):
     self.num_shards, self.shard_size_mb = num_shards, shard_size_mb
     self.records_per_shard, self.span = records_per_shard, span
-    self.previous = previous
+    self.previous, self.append = previous, append
 
   def create_accumulator(self) -> shard_plan.PlanCounts:
     return {}
@@ -147,7 +148,7 @@ class _PlanFn(beam.CombineFn):
 
   def extract_output(self, acc) -> shard_plan.ShardPlan:
     return shard_plan.make_plan(acc, self.num_shards, self.shard_size_mb, self.records_per_shard,
-                                self.span, self.previous)
+                                self.span, self.previous, self.append)
 
 
 class PlanShards(beam.PTransform):
@@ -163,9 +164,11 @@ class PlanShards(beam.PTransform):
   def __init__(self, num_shards: Optional[int], shard_size_mb: Optional[float], staging: str,
                records_per_shard: Optional[int] = None,
                template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE, span: int = 1,
-               previous: Optional[Dict[str, shard_plan.PreviousSplit]] = None):
+               previous: Optional[Dict[str, shard_plan.PreviousSplit]] = None,
+               append: bool = False):
     super().__init__()
-    self.combine = _PlanFn(num_shards, shard_size_mb, records_per_shard, span, previous)
+    self.combine = _PlanFn(num_shards, shard_size_mb, records_per_shard, span, previous,
+                           append)
     self.staging, self.template = staging, template
 
   def expand(self, counts):

@@ -46,3 +46,24 @@ def read_record(f: BinaryIO) -> Optional[bytes]:
   if masked_crc32c(data) != data_mask:
     raise ValueError("Not a valid TFRecord. Mismatch of data mask")
   return data
+
+
+def count_framed(data: bytes) -> int:
+  """The number of records in `data`, whole framed records back to back, each length and
+  record CRC checked; -1 when it is not exactly that (an earlier shard's byte range, read
+  back: write/shard_writer)."""
+  view, pos, count = memoryview(data), 0, 0
+  while pos < len(view):
+    if len(view) - pos < _HEADER:
+      return -1
+    length, length_mask = struct.unpack_from("<QI", view, pos)
+    if masked_crc32c(bytes(view[pos:pos + 8])) != length_mask:
+      return -1
+    end = pos + _HEADER + length + 4
+    if end > len(view):
+      return -1
+    (data_mask,) = struct.unpack_from("<I", view, end - 4)
+    if masked_crc32c(bytes(view[pos + _HEADER:end - 4])) != data_mask:
+      return -1
+    pos, count = end, count + 1
+  return count

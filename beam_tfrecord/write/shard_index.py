@@ -22,8 +22,9 @@ from beam_tfrecord.storage import paths
 TEMPLATE = "shard-index-{split}-{shard:05d}-of-{num_shards:05d}.jsonl"
 PREFIX = "shard-index-"  # not a prefix of any shard name: `glob("train-*")` never finds one
 # An index larger than this is not one this tool wrote: it is not trusted (the shard is
-# re-encoded). At ~250 bytes a line: four million images in one shard.
-MAX_INDEX_BYTES = 1 << 30
+# re-encoded). At ~250 bytes a line: a million images in one shard (a default 150 MB shard
+# of 1.5 KB images holds ~100k).
+MAX_INDEX_BYTES = 256 << 20
 
 Identity = Tuple[str, str]  # (key, uri): an image of a split
 
@@ -50,6 +51,7 @@ class Entry:
   labels: Tuple[str, ...] = ()
   errors: Tuple[Tuple[Tuple[str, object], ...], ...] = ()  # ErrorRecord fields, sorted pairs
   rejected: bool = False
+  sha: str = ""  # record_digest of its records' framed bytes ('' in indexes before --append)
 
   @property
   def identity(self) -> Identity:
@@ -78,14 +80,55 @@ def errors_of(records: Sequence[ErrorRecord]) -> Tuple[Tuple[Tuple[str, object],
   return tuple(tuple(sorted(dataclasses.asdict(e).items())) for e in records)
 
 
+_TEXT = ("key", "uri", "stamp", "digest", "sha")
+_COUNTS = ("offset", "length", "records", "objects", "clipped", "reoriented")
+
+
+def record_digest(key: str, uri: str, *framed: bytes) -> str:
+  """The digest an index keeps of an image's framed records (given whole or in parts), keyed
+  by the image: a range moved to another image's records, or damaged, no longer matches."""
+  h = hashlib.blake2b(digest_size=16)
+  h.update(key.encode("utf-8", "surrogatepass") + b"\0" +
+           uri.encode("utf-8", "surrogatepass") + b"\0")
+  for part in framed:
+    h.update(part)
+  return h.hexdigest()
+
+
+def _checked(fields: object) -> Entry:
+  """An Entry from one parsed line, every field's type and range checked (an index is read
+  back from an earlier output, where anyone can edit it); ValueError otherwise."""
+  if not isinstance(fields, dict):
+    raise ValueError("an index line is not a JSON object")
+  for name in _TEXT:
+    if name in fields and not isinstance(fields[name], str):
+      raise ValueError(f"{name} is not text")
+  for name in _COUNTS:
+    value = fields.get(name, 0)
+    if type(value) is not int or value < 0:
+      raise ValueError(f"{name} {value!r} is not a count")
+  if not isinstance(fields.get("rejected", False), bool):
+    raise ValueError("rejected is not true or false")
+  labels = fields.get("labels") or ()
+  if not isinstance(labels, (list, tuple)) or not all(isinstance(x, str) for x in labels):
+    raise ValueError("labels are not a list of names")
+  errors = fields.get("errors") or ()
+  if not isinstance(errors, (list, tuple)) or not all(isinstance(e, dict) for e in errors):
+    raise ValueError("errors are not a list of objects")
+  fields = dict(fields, labels=tuple(labels),
+                errors=tuple(tuple(sorted(e.items())) for e in errors))
+  return Entry(**fields)  # TypeError for a missing or unknown field
+
+
 def parse(data: bytes) -> List[Entry]:
-  """The entries of an index file's bytes; ValueError when it is not one."""
-  entries = []
-  for line in data.splitlines():
-    fields = json.loads(line)
-    fields["labels"] = tuple(fields.get("labels") or ())
-    fields["errors"] = tuple(tuple(sorted(e.items())) for e in fields.get("errors") or ())
-    entries.append(Entry(**fields))
+  """The entries of an index file's bytes; ValueError (or TypeError) when it is not one.
+  Entries lie in the shard in order, without overlap."""
+  entries = [_checked(json.loads(line)) for line in data.splitlines()]
+  end = 0
+  for e in entries:
+    if e.length and e.offset < end:
+      raise ValueError(f"entry {e.key!r} overlaps the one before it")
+    end = max(end, e.offset + e.length)
   return entries
 
 
@@ -93,13 +136,8 @@ def read(uri: str) -> Optional[List[Entry]]:
   """The entries of an index file, or None when there is none or it cannot be read as one
   (the shard is then encoded again: an index only ever saves work)."""
   try:
-    if paths.is_remote(uri):
-      from apache_beam.io.filesystems import FileSystems
-      with FileSystems.open(uri, compression_type="uncompressed") as f:
-        data = f.read(MAX_INDEX_BYTES + 1)
-    else:
-      with open(uri, "rb") as f:
-        data = f.read(MAX_INDEX_BYTES + 1)
+    with open_earlier(uri) as f:
+      data = f.read(MAX_INDEX_BYTES + 1)
     if len(data) > MAX_INDEX_BYTES:
       return None
     return parse(data)
@@ -107,6 +145,26 @@ def read(uri: str) -> Optional[List[Entry]]:
     return None
   except Exception:  # an object store's own errors: no index
     return None
+
+
+def open_earlier(uri: str):
+  """A file of an earlier output (a shard, an index) opened for reading. Locally: without
+  following a link in its last component, without blocking (a FIFO put in its place), and
+  only a regular file (OSError otherwise); the directories above it are the output's own,
+  checked by whoever named it (storage/versions.read_latest)."""
+  if paths.is_remote(uri):
+    from apache_beam.io.filesystems import FileSystems
+    return FileSystems.open(uri, compression_type="uncompressed")
+  import stat as stat_
+  fd = os.open(uri, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+  try:
+    if not stat_.S_ISREG(os.fstat(fd).st_mode):
+      raise OSError(f"{uri} is not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+  except BaseException:
+    os.close(fd)
+    raise
 
 
 _TO_PLAIN, _ = plain.record_converters(ImageAnnotation)
@@ -123,17 +181,19 @@ def digest(ann: ImageAnnotation) -> str:
 
 
 def stamp(uri: str) -> str:
-  """The image file's stamp without reading it: its size and modification time (local files,
-  nanoseconds); on object stores its size and update time from its metadata (what the request
-  for its size returns; an object written again is a new generation with a new time). '' when
-  the file cannot be looked at (it is then encoded, and reported as such)."""
+  """The image file's stamp without reading it: locally its size, modification time, inode
+  and change time (nanoseconds: `cp -p`, `rsync -a` and `tar x` keep the modification time,
+  but no user can set the change time, and a file replaced is a new inode); on object stores
+  its size and update time from its metadata (an object written again is a new generation
+  with a new time). '' when the file cannot be looked at (it is then encoded, and reported as
+  such)."""
   from beam_tfrecord.storage import files
   if uri.endswith(files.EMBEDDED):  # an image inside its annotation file: the file's stamp
     uri = uri[:-len(files.EMBEDDED)]
   try:
     if not paths.is_remote(uri):
       st = os.stat(uri)
-      return f"{st.st_size}:{st.st_mtime_ns}"
+      return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
     from apache_beam.io.filesystems import FileSystems
     meta = FileSystems.get_filesystem(uri).metadata(uri)
     return f"{meta.size_in_bytes}:{meta.last_updated_in_seconds!r}"

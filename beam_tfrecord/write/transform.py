@@ -57,6 +57,27 @@ class Indexing:
   index: bool = False
   previous: Optional[Previous] = None
   reuse: bool = False
+  append: bool = False  # --append: shards are the plan's segments (shard_plan.Segment)
+
+
+def segment_task(task: ShardTask, segments, shard: int, previous: Previous,
+                 reuse: bool) -> None:
+  """--append: what the writer of segment `shard` compares with. An earlier shard file: its
+  index says which images are its own (`members`). A new delta shard: the images of its
+  ranges that no earlier shard's index lists (`exclude`: those indexes)."""
+  segment = segments[shard]
+  task.segment = (segment.first, segment.end)
+  task.reuse = reuse
+  if segment.previous >= 0:
+    task.previous = previous.shard(task.split, segment.previous)
+    task.members = True
+    if task.previous is None:  # no index to say which images are its own: none are
+      task.exclude = ()
+    return
+  task.exclude = tuple(
+      uri for s in segments if s.previous >= 0 and s.first < segment.end
+      and segment.first < s.end
+      for uri in [(previous.shard(task.split, s.previous) or ("", ""))[1]] if uri)
 
 
 class _WriteShard(beam.DoFn):
@@ -101,8 +122,12 @@ class _WriteShard(beam.DoFn):
                      remote_images=self.remote_images, index=self.indexing.index)
     previous = self.indexing.previous
     if previous is not None and split in plan.previous:  # the plan kept the earlier bounds
-      task.previous = previous.shard(split, shard)
-      task.reuse = self.indexing.reuse and dict(label_map) == previous.label_map
+      reuse = self.indexing.reuse and dict(label_map) == previous.label_map
+      if split_plan.segments:
+        segment_task(task, split_plan.segments, shard, previous, reuse)
+      else:
+        task.previous = previous.shard(split, shard)
+        task.reuse = reuse
     local = not paths.is_remote(self.staging) and not self.remote_images
     if not self._decided:  # once per bundle, from the whole plan
       self._decided = True

@@ -3,8 +3,10 @@
 the earlier bounds, whatever was added or removed; a plan made from its own bounds is the plan."""
 from __future__ import annotations
 
+import dataclasses
 import bisect
 import io
+import json
 import os
 
 import pytest
@@ -18,7 +20,8 @@ from beam_tfrecord.plan.shard_plan import (PreviousSplit, bound_of, counts_below
 from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.write import shard_index
-from beam_tfrecord.write.shard_writer import _RangeCopier
+from beam_tfrecord.write.shard_writer import _checked_copy
+from beam_tfrecord.records.tfrecord import count_framed, framing
 
 
 def _entry(name: str, split: str = "train", records: int = 1) -> packed.Packed:
@@ -144,8 +147,31 @@ def test_index_lines_round_trip_and_digest_ignores_size_and_source(tmp_path):
                             length=40, records=1, objects=2, clipped=1, reoriented=0,
                             labels=("cat", "dog"), errors=shard_index.errors_of([error]))
   path = tmp_path / "i.jsonl"
-  path.write_bytes(entry.line() * 2)
-  assert shard_index.read(str(path)) == [entry, entry]
+  second = dataclasses.replace(entry, key="l.jpg", uri="/r/l.jpg", offset=52)
+  path.write_bytes(entry.line() + second.line())
+  assert shard_index.read(str(path)) == [entry, second]
+  # entries overlapping, a float, a negative or a bool count, a missing field: not an index
+  for bad in (dataclasses.replace(second, offset=40), dataclasses.replace(second, offset=-1)):
+    path.write_bytes(entry.line() + bad.line())
+    assert shard_index.read(str(path)) is None
+  for field, value in (("offset", 1.5), ("length", True), ("key", 3)):
+    line = json.loads(entry.line())
+    line[field] = value
+    path.write_bytes(json.dumps(line).encode() + b"\n")
+    assert shard_index.read(str(path)) is None
+  line = json.loads(entry.line())
+  del line["stamp"]
+  path.write_bytes(json.dumps(line).encode() + b"\n")
+  assert shard_index.read(str(path)) is None
+  # a FIFO or a symlink in place of an index: not opened (no hang), not followed
+  os.remove(path)
+  os.mkfifo(path)
+  assert shard_index.read(str(path)) is None
+  os.remove(path)
+  (tmp_path / "elsewhere.jsonl").write_bytes(entry.line())
+  os.symlink(tmp_path / "elsewhere.jsonl", path)
+  assert shard_index.read(str(path)) is None
+  os.remove(path)
   assert entry.error_records("b.csv")[0].source == "b.csv"
   path.write_bytes(b"not json\n")
   assert shard_index.read(str(path)) is None  # not trusted: the shard is encoded again
@@ -161,23 +187,35 @@ def test_index_lines_round_trip_and_digest_ignores_size_and_source(tmp_path):
   assert shard_index.stamp(str(image)) != first and shard_index.stamp("/no/such") == ""
 
 
-def test_range_copier_merges_consecutive_ranges(tmp_path):
-  earlier = tmp_path / "earlier"
-  earlier.write_bytes(bytes(range(100)))
-  for local in (True, False):
-    out_path = tmp_path / f"out{local}"
-    copier = _RangeCopier(str(earlier))
-    with open(out_path, "wb") as f:
-      out = f if local else io.BufferedWriter(io.FileIO(str(out_path), "wb"))
-      if not local:  # an object store's stream: no file descriptor
-        out.fileno = lambda: (_ for _ in ()).throw(io.UnsupportedOperation("fileno"))
-      copier.add(10, 5, out)
-      copier.add(15, 5, out)  # consecutive: one copy
-      copier.flush(out)  # what the writer does before it writes an encoded image
-      out.write(b"NEW")
-      copier.add(50, 3, out)
-      copier.flush(out)
-      out.write(b"!")
-      out.flush()
-    copier.close()
-    assert out_path.read_bytes() == bytes(range(10, 20)) + b"NEW" + bytes(range(50, 53)) + b"!"
+def test_a_copied_range_is_checked_against_its_index(tmp_path):
+  """An unchanged image's bytes come from the earlier shard only when they are what its index
+  says: whole framed records with good CRCs, as many as it lists, and the digest keyed by
+  the image (a range moved to another image's records does not match)."""
+  records = [b"first record", b"second", b"third one"]
+  framed = [b"".join((framing(r)[0], r, framing(r)[1])) for r in records]
+  earlier = tmp_path / "earlier.tfrecord"
+  earlier.write_bytes(b"".join(framed))
+  assert count_framed(b"".join(framed)) == 3
+  assert count_framed(framed[0][:-1]) == -1
+  damaged = bytearray(framed[1]); damaged[14] ^= 1
+  assert count_framed(bytes(damaged)) == -1
+  a_off, b_off = 0, len(framed[0])
+
+  def entry(key, offset, length, records=1, with_sha=True, data=None):
+    sha = shard_index.record_digest(key, f"/r/{key}", data) if with_sha else ""
+    return shard_index.Entry(key=key, uri=f"/r/{key}", stamp="s", digest="d", offset=offset,
+                             length=length, records=records, sha=sha)
+
+  with open(earlier, "rb") as f:
+    good = entry("a", a_off, len(framed[0]), data=framed[0])
+    assert _checked_copy(f, good) == framed[0]
+    # b's entry pointing at a's record (digest keyed by b): not copied
+    moved = dataclasses.replace(entry("b", b_off, len(framed[1]), data=framed[1]),
+                                offset=a_off, length=len(framed[0]))
+    assert _checked_copy(f, moved) is None
+    # an offset moved by 7 bytes, no digest (an index from before --append): framing fails
+    assert _checked_copy(f, entry("a", 7, len(framed[0]), with_sha=False)) is None
+    # past the end; a wrong record count
+    assert _checked_copy(f, entry("a", 0, 10_000, with_sha=False)) is None
+    assert _checked_copy(f, entry("a", a_off, len(framed[0]), records=2,
+                                  data=framed[0])) is None
