@@ -27,6 +27,9 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
   ownership) is checked before the output directory is created; the lock is taken before
   anything in it changes; only a successful run replaces an earlier output.
   """
+  if config.append and not _building_only_args(beam_args):
+    from beam_tfrecord.cli.append import run_append
+    return run_append(config, beam_args, argv, break_lock)
   import apache_beam as beam
   from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -113,6 +116,11 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
           print(skipped)
           return EXIT_OK
     return outcome.summarize(config, run_id, time.monotonic() - start, created)
+
+
+def _building_only_args(beam_args: Sequence[str]) -> bool:
+  """_building_only from the command line's Beam options, without importing Beam."""
+  return any(a.split("=", 1)[0] in ("--dry_run", "--template_location") for a in beam_args)
 
 
 def _building_only(options) -> bool:

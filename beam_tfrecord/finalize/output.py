@@ -356,7 +356,10 @@ def summary(manifest: Union[Manifest, Dict], output: str,
   incremental = manifest.incremental
   if incremental:
     shards = incremental["shards"]
-    if incremental["mode"] == "incremental":
+    if incremental["mode"] == "append":
+      from beam_tfrecord.finalize.publish import append_line
+      lines.append(f"  {append_line(incremental)}")
+    elif incremental["mode"] == "incremental":
       images = incremental["images"]
       lines.append(f"  incremental: images {images['added']:,} added, {images['changed']:,} "
                    f"changed, {images['removed']:,} removed, {images['kept']:,} kept; shards "

@@ -17,6 +17,7 @@ from beam_tfrecord.finalize import card
 from beam_tfrecord.finalize import fingerprint as fingerprints
 from beam_tfrecord.finalize import lock as locks
 from beam_tfrecord.finalize import output as outputs
+from beam_tfrecord.finalize import publish
 from beam_tfrecord.finalize import tfds_layout
 from beam_tfrecord.finalize.manifest import (empty_splits, error_rate,
                                              lost_records, outcome_of,
@@ -59,6 +60,9 @@ class Finalize(beam.DoFn):
     if not FileSystems.exists(run_directory) and not paths.is_remote(run_directory):
       FileSystems.mkdirs(run_directory)  # nothing was written: no image, no error
     outputs.remove_work(run_directory, self.run_id)  # the shards are written: stats say so
+    if self.config.append:  # shards in final order, none empty (publish.py names them)
+      stats = publish.name_segments(stats, self.config.shard_name_template)
+      publish.rename_indexes(run_directory, stats)
     _share_kept(run_directory, stats)
     _name_shards(run_directory, stats)
     outputs.write_atomic(run_directory, LABEL_MAP,
@@ -98,7 +102,9 @@ class Finalize(beam.DoFn):
         label_map=dict(sorted(label_map.items(), key=lambda kv: kv[1])),
         # where each shard begins: what --plan-from and --incremental read (plan/previous.py)
         shard_plan=plan_record(plan, stats) if self.config.sink == "shards" else None,
-        incremental=(incremental_summary(self.incremental, plan, stats, label_map)
+        incremental=(publish.append_summary(self.incremental, stats)
+                     if self.config.append and self.incremental is not None else
+                     incremental_summary(self.incremental, plan, stats, label_map)
                      if self.incremental is not None else None),
         # --classes/--class-map: objects (or image labels) dropped, per source class
         excluded_classes=excluded if self.config.selection else None,
@@ -112,7 +118,10 @@ class Finalize(beam.DoFn):
     outputs.write_atomic(run_directory, MANIFEST, json.dumps(
         manifest.to_json(), indent=2, ensure_ascii=False).encode("utf-8"))
     outputs.kill_point("finalize")
-    if outcome == "ok":
+    if self.config.append:  # the launcher checks the version and publishes it (publish.py)
+      if outcome == "ok":
+        publish.make_read_only(run_directory, manifest)
+    elif outcome == "ok":
       protected = [n for n in (outputs.name_inside(p, self.config.output)
                                for p in self.config.input_paths()) if n]
       outputs.commit(self.config.output, run_directory, manifest, protected)

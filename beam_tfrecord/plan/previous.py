@@ -149,6 +149,7 @@ def plan_record(plan: ShardPlan, stats: Sequence[Mapping]) -> Dict[str, Dict]:
           "bounds": [encode_bound(b) for b in before.bounds], "planned": list(before.planned),
           "unit": "records" if split_plan.by_records else "images",
           "segments": [list(s["segment"]) for s in files],
+          "delta": [bool(s.get("delta")) for s in files],
           "indexes": [s["index"] for s in files]}
       continue
     if before is not None:

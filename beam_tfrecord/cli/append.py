@@ -1,0 +1,224 @@
+"""`convert --append --output DEST`: one version of a versioned output (storage/versions.py).
+
+Under DEST's lock: versions never published are removed; LATEST's version is read as input
+to check (plan/previous), never as truth; when the sources' fingerprint (a listing and a
+stat, no image read, no Beam job) equals the one LATEST's manifest records, nothing is done.
+Otherwise the pipeline runs into a run directory: an append (earlier shard files kept,
+rewritten or joined by delta shards) or a full version with a fresh plan (the first, on
+--compact, past the compaction thresholds, or when a setting that shapes records changed).
+The version is checked, then published (finalize/publish.py), then --keep retires old ones.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from typing import Optional, Tuple
+
+from beam_tfrecord.config import ConvertConfig
+from beam_tfrecord.errors import EXIT_FAILED, EXIT_OK, UsageError
+from beam_tfrecord.storage import paths, versions
+
+# Compaction (a full version with a fresh plan) when a split's delta shards hold more than
+# this share of its records, or number more than MAX_DELTA_SHARDS: readers open every file,
+# and small files piling up is what users of append-only tables complain of (lance 5194).
+MAX_DELTA_SHARE = 0.10
+MAX_DELTA_SHARDS = 64
+
+
+def compaction_reason(manifest) -> str:
+  """'' or why LATEST's version should be compacted (its delta shards, per split)."""
+  for split, entry in sorted((manifest.shard_plan or {}).items()):
+    flags = entry.get("delta") or []
+    info = manifest.splits.get(split)
+    if info is None or len(flags) != len(info.shards):
+      continue
+    deltas = [s for s, delta in zip(info.shards, flags) if delta]
+    records = sum(s.examples or 0 for s in deltas)
+    if len(deltas) > MAX_DELTA_SHARDS:
+      return (f"split {split!r} has {len(deltas)} delta shards (more than "
+              f"{MAX_DELTA_SHARDS})")
+    if info.examples and records > MAX_DELTA_SHARE * info.examples:
+      return (f"delta shards hold {records / info.examples:.0%} of split {split!r} (more "
+              f"than {MAX_DELTA_SHARE:.0%})")
+  return ""
+
+
+def decide(config: ConvertConfig, dest: str, latest: Optional[int]
+           ) -> Tuple[Optional[str], str, object]:
+  """(the earlier version to append to or None, why a full version when None, its manifest)."""
+  from beam_tfrecord.finalize import output as outputs
+  from beam_tfrecord.plan import previous as previous_output
+  if latest is None:
+    return None, "the first version", None
+  base = versions.version_dir(dest, latest)
+  try:
+    manifest = outputs.load_manifest(base)
+  except Exception as e:
+    return None, f"the manifest of {base} cannot be read ({type(e).__name__})", None
+  if manifest.outcome != "ok":
+    return None, f"{base} is not a successful run", manifest
+  if config.compact:
+    return None, "--compact", manifest
+  try:
+    previous = previous_output.from_manifest(base, manifest, "--append")
+  except UsageError as e:
+    return None, str(e).split(": ", 1)[-1], manifest
+  changed = previous_output.changed_settings(config.record_settings(), previous)
+  if changed:
+    return None, f"settings that shape records changed: {', '.join(changed)}", manifest
+  reason = compaction_reason(manifest)
+  if reason:
+    return None, f"compaction: {reason}", manifest
+  return base, "", manifest
+
+
+def run_append(config: ConvertConfig, beam_args, argv, break_lock: bool = False) -> int:
+  from beam_tfrecord.finalize import fingerprint
+  from beam_tfrecord.finalize import lock as locks
+  from beam_tfrecord.finalize import output as outputs
+  from beam_tfrecord.finalize import publish
+  dest = config.output
+  local = not paths.is_remote(dest)
+  if outputs.MANIFEST in outputs.entries(dest):
+    raise UsageError(f"--append: {dest} holds an ordinary output (manifest.json); a versioned "
+                     "output needs a directory of its own (DEST/versions/, DEST/LATEST)")
+  if local:
+    import os
+    os.makedirs(dest, exist_ok=True)
+  start = time.monotonic()
+  run_id = __import__("uuid").uuid4().hex
+  lock = locks.OutputLock(dest, run_id, break_lock)
+  try:
+    lock.acquire()
+  except locks.LockNotWritten as e:
+    print(f"beam-tfrecord: {dest}: {e}", file=sys.stderr)
+    return EXIT_FAILED
+  with lock:
+    outputs.remove_leftovers(dest, keep=[outputs.LOCK])
+    try:
+      latest = versions.read_latest(dest)
+    except versions.DamagedVersions as e:
+      raise UsageError(f"--append: {e}; it is not what this tool writes, so nothing was "
+                       "changed (move it away to start a new versioned output)") from None
+    publish.remove_unpublished(dest, latest)
+    base, reason, base_manifest = decide(config, dest, latest)
+    current = fingerprint.compute(config)  # a listing and a stat: no image read
+    if base_manifest is not None and not config.compact and \
+        fingerprint.same(current, base_manifest.source_fingerprint) and not reason.startswith(
+            "settings"):
+      print(f"unchanged: the sources equal version {versions.version_name(latest)}'s "
+            f"({current['files']:,} files); nothing published ({time.monotonic() - start:.1f} s)")
+      return EXIT_OK
+    number = max(versions.numbers(dest) + [latest or 0]) + 1
+    run = dataclasses.replace(config, plan_from=base, incremental=base is not None,
+                              source_fingerprint=current)
+    code, manifest = _convert(run, beam_args, argv, run_id)
+    if code == "fallback":  # the append did not add up (a damaged earlier version): in full
+      print(f"beam-tfrecord: warning: {manifest}; making a full version instead",
+            file=sys.stderr)
+      outputs.remove_leftovers(dest, keep=[outputs.LOCK])
+      run = dataclasses.replace(run, plan_from=None, incremental=False)
+      reason = manifest
+      code, manifest = _convert(run, beam_args, argv, run_id)
+    if code != EXIT_OK:
+      return code
+    run_directory = outputs.run_dir(dest, run_id)
+    incremental = manifest.incremental
+    if base is not None and publish.nothing_changed(incremental):
+      outputs.remove_leftovers(dest, keep=[outputs.LOCK])
+      print(f"unchanged: no image or annotation changed since version "
+            f"{versions.version_name(latest)} (the source files did); nothing published")
+      return EXIT_OK
+    publish.tidy(run_directory)
+    kept = [s.path for split in manifest.splits.values() for s in split.shards
+            if _is_kept(s.path, run_directory, base)]
+    problem = publish.check_version(run_directory, manifest, kept)
+    if problem:
+      print(f"beam-tfrecord: the new version does not check out ({problem}); LATEST is "
+            f"unchanged; this run's files: {run_directory}", file=sys.stderr)
+      return EXIT_FAILED
+    try:
+      target = publish.publish(dest, run_directory, number, latest, run_id,
+                               publish.manifest_json(manifest))
+    except publish.LostRace as e:
+      outputs.remove_leftovers(dest, keep=[outputs.LOCK])
+      print(f"beam-tfrecord: {e}; this run published nothing", file=sys.stderr)
+      return EXIT_FAILED
+    retired = publish.retire(dest, config.keep, number) if config.keep else []
+  print(outputs.summary(manifest, target, time.monotonic() - start))
+  if base is None:
+    print(f"  full version: {reason}")
+  line = f"published {versions.version_name(number)}: {dest}/LATEST -> versions/" \
+         f"{versions.version_name(number)}"
+  if retired:
+    line += f"; retired {', '.join(versions.version_name(n) for n in retired)}"
+  print(line)
+  return EXIT_OK
+
+
+def _is_kept(name: str, run_directory: str, base: Optional[str]) -> bool:
+  """True when a shard of the new version is a file of the version before (a hard link)."""
+  if base is None or paths.is_remote(run_directory):
+    return False
+  import os
+  try:
+    st = os.lstat(paths.child(run_directory, name))
+  except OSError:
+    return False
+  return st.st_nlink > 1
+
+
+def _convert(config: ConvertConfig, beam_args, argv, run_id: str):
+  """Run the pipeline into DEST's run directory (the lock is held). (EXIT_OK, manifest),
+  ("fallback", why) when an append's accounting did not add up, or (exit code, None)."""
+  import apache_beam as beam
+  from apache_beam.options.pipeline_options import PipelineOptions
+
+  from beam_tfrecord import pipeline
+  from beam_tfrecord.cli.convert import _wait
+  from beam_tfrecord.cli.process import private_tempdir, startup_frozen, terminate_as_exit
+  from beam_tfrecord.finalize import output as outputs
+  from beam_tfrecord.finalize.manifest import OUTCOMES
+  from beam_tfrecord.records.manifest import Manifest
+  from beam_tfrecord.storage.progress import Progress
+  options = PipelineOptions(list(beam_args))
+  standard = options.view_as(beam.options.pipeline_options.StandardOptions)
+  if standard.runner is None:
+    standard.runner = "FnApiRunner"
+  with private_tempdir(), terminate_as_exit():
+    p = beam.Pipeline(options=options)
+    try:
+      pipeline.build(p, config, argv, run_id)
+    except ValueError as e:
+      raise UsageError(str(e)) from None
+    with Progress(outputs.run_dir(config.output, run_id)), startup_frozen():
+      try:
+        result = p.run()
+      except Exception as e:
+        first = (str(e).strip().splitlines() or [""])[0]
+        print(f"beam-tfrecord: the pipeline failed ({type(e).__name__}: {first[:300]}); "
+              "LATEST is unchanged", file=sys.stderr)
+        return EXIT_FAILED, None
+      state = _wait(result, options)
+  if state is None:
+    return EXIT_OK, None
+  if str(state) not in ("DONE", "PipelineState.DONE"):
+    print(f"beam-tfrecord: pipeline ended in state {state}; LATEST is unchanged",
+          file=sys.stderr)
+    return EXIT_FAILED, None
+  run_directory = outputs.run_dir(config.output, run_id)
+  try:
+    manifest = outputs.load_manifest(run_directory)
+  except Exception:
+    print("beam-tfrecord: the pipeline finished without writing its manifest; LATEST is "
+          "unchanged", file=sys.stderr)
+    return EXIT_FAILED, None
+  if manifest.outcome == "lost_records" and config.plan_from:
+    return "fallback", f"the append's counts do not add up ({manifest.status})"
+  if manifest.outcome != "ok":
+    print(outputs.summary(manifest, run_directory))
+    print(f"beam-tfrecord: {manifest.status}; LATEST is unchanged; this run's report: "
+          f"{run_directory}", file=sys.stderr)
+    return OUTCOMES.get(manifest.outcome, EXIT_FAILED), None
+  return EXIT_OK, manifest
