@@ -13,8 +13,9 @@ pattern inside another tree pattern is left out (prune).
 
 A finished run records the fingerprint in manifest.json under "source_fingerprint"; the next
 `--if-changed` run compares on a worker (compare) and, when both are equal, finalize replaces
-nothing. Version 2 (this one) differs from version 1's single sorted listing: the first run
-after an upgrade sees a different fingerprint and converts once.
+nothing. Version 2 differed from version 1's single sorted listing; version 3 (this one) adds the
+inode and change time of local files. The first run after an upgrade sees a different
+fingerprint and converts once.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ Entry = Tuple[str, int, float]
 # ROOT/** (every file below ROOT)
 Pattern = Tuple[str, str]
 
-VERSION = 2
+VERSION = 3
 _MODULUS = 1 << 256
 
 # ConvertConfig.source_fingerprint as the CLI sets it for --if-changed: compute the
@@ -51,7 +52,8 @@ def requested(config) -> bool:
 
 def _line(entry: Entry) -> str:
   path, size, mtime = entry
-  return f"{path}\t{int(size)}\t{float(mtime):.6f}\n"
+  stamp = mtime if isinstance(mtime, str) else f"{float(mtime):.6f}"
+  return f"{path}\t{int(size)}\t{stamp}\n"
 
 
 def settings_of(config) -> Dict:
@@ -107,6 +109,13 @@ def prune(patterns: Iterable[Pattern]) -> List[Pattern]:
                      for root in trees)]
 
 
+def _local_stamp(st: os.stat_result) -> str:
+  """A local file's stamp: modification time, inode and change time (ns). `cp -p`, `rsync
+  -a` and `tar x` keep the modification time of a file they rewrite; nobody sets the change
+  time, and a file replaced is a new inode (version 3 of the fingerprint)."""
+  return f"{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
+
+
 def _walk_local(root: str, follow_symlinks: bool) -> Iterator[Entry]:
   """Files below a local root, streaming: no file name is kept, only the folders still to
   list (os.walk keeps each folder's file names). Symlinked folders are walked with
@@ -136,7 +145,7 @@ def _walk_local(root: str, follow_symlinks: bool) -> Iterator[Entry]:
           st = item.stat()
         except FileNotFoundError:
           continue
-        yield item.path, st.st_size, st.st_mtime
+        yield item.path, st.st_size, _local_stamp(st)
     todo.extend(sorted(subdirs, reverse=True))  # sorted: the same real folders each run
 
 
@@ -171,10 +180,11 @@ def list_pattern(pattern: Pattern, exclude: Optional[str] = None,
     else:
       try:
         st = os.stat(target)
-        found = [(target, st.st_size, st.st_mtime)]
+        found = [(target, st.st_size, _local_stamp(st))]
       except (FileNotFoundError, NotADirectoryError):
         found = []
-    yield from ((p, int(s), float(m) if m is not None else -1.0) for p, s, m in found
+    yield from ((p, int(s), m if isinstance(m, str) else float(m) if m is not None else -1.0)
+                for p, s, m in found
                 if not paths.under(p, exclude))
     if not found:
       yield target, -1, -1.0

@@ -12,6 +12,7 @@ encoder only (0.4 s), where `import apache_beam` alone took 3.8 s on this machin
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import dataclasses
 import os
 import pickle
@@ -360,7 +361,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
             data = _checked_copy(earlier, old_by_id[(key, uri)])
           if data is None:  # not what its index says: encoded again
             damaged += 1
-            fetched = fetch_image(ann, task.options)
+            fetched = functools.partial(fetch_image, ann, task.options)
         if data is not None:
           f.write(data)
           entry = old_by_id[(key, uri)]

@@ -76,7 +76,7 @@ def check_recorded(out: Path, data: Path, images: int) -> dict:
   fp = manifest["source_fingerprint"]
   assert fp == fingerprint.compute(ConvertConfig(**manifest["config"]))
   assert manifest["config"]["source_fingerprint"] == fp
-  assert (fp["version"], fp["patterns"], fp["files"]) == (2, 3, 2 + images)
+  assert (fp["version"], fp["patterns"], fp["files"]) == (fingerprint.VERSION, 3, 2 + images)
   assert fp["bytes"] == sum(f.stat().st_size for f in (data / "images").iterdir()) + sum(
       (data / f"{s}_labels.csv").stat().st_size for s in ("train", "val"))
   # the output holds exactly the run's files: nothing of ours left beside them

@@ -76,9 +76,9 @@ def test_combine_orders_patterns_and_counts_them():
   first = fingerprint.combine([a, b], {"num_shards": 2}, "0.1.0")
   assert first == fingerprint.combine([b, a], {"num_shards": 2}, "0.1.0")
   assert {k: first[k] for k in ("version", "files", "bytes", "patterns")} == {
-      "version": 2, "files": 2, "bytes": 12, "patterns": 2}
+      "version": 3, "files": 2, "bytes": 12, "patterns": 2}
   expected = hashlib.sha256(
-      b"beam-tfrecord-fingerprint/2\n0.1.0\n" + b'{"num_shards": 2}\n'
+      b"beam-tfrecord-fingerprint/3\n0.1.0\n" + b'{"num_shards": 2}\n'
       + f"file\t/d/ann.json\t1\t7\t{b['digest']}\n".encode()
       + f"tree\t/d/images/**\t1\t5\t{a['digest']}\n".encode()).hexdigest()
   assert first["sha256"] == expected
@@ -163,7 +163,7 @@ def test_fingerprint_covers_new_sources(small_dataset, tmp_path):
 
 def _stat(path):
   st_ = os.stat(path)
-  return (str(path), st_.st_size, st_.st_mtime)
+  return (str(path), st_.st_size, f"{st_.st_mtime_ns}:{st_.st_ino}:{st_.st_ctime_ns}")
 
 
 def test_listing_skips_the_output_and_marks_missing_files(tmp_path):
@@ -225,10 +225,13 @@ def test_compute_follows_the_files(tmp_path):
   st_ = image.stat()
   os.utime(image, ns=(st_.st_atime_ns, st_.st_mtime_ns + 1_000_000_000))
   assert not fingerprint.same(first, fingerprint.compute(config))
+  # its modification time put back (as cp -p, rsync -a and tar x do): the change time tells
+  os.utime(image, ns=(st_.st_atime_ns, st_.st_mtime_ns))
+  changed = fingerprint.compute(config)
+  assert not fingerprint.same(first, changed)
   (tmp_path / "out").mkdir()
   (tmp_path / "out" / "x.tfrecord").write_bytes(b"")
-  os.utime(image, ns=(st_.st_atime_ns, st_.st_mtime_ns))
-  assert fingerprint.same(first, fingerprint.compute(config))  # output files do not count
+  assert fingerprint.same(changed, fingerprint.compute(config))  # output files do not count
 
 
 def test_compare_reads_the_outputs_last_successful_run(tmp_path):

@@ -1,0 +1,251 @@
+"""convert --append (issue 29): versions that grow by appending, checked against full runs.
+
+Each test runs the real CLI on COCO datasets it writes (real JPEGs), reads every version back
+with TensorFlow and compares it, image by image, with a full conversion of the same sources.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from beam_tfrecord.storage import versions
+
+pytestmark = pytest.mark.e2e
+
+
+def _dataset(root: Path, names, colour=0):
+  (root / "imgs").mkdir(parents=True, exist_ok=True)
+  images, anns = [], []
+  for i, name in enumerate(names):
+    path = root / "imgs" / name
+    if not path.exists():
+      Image.new("RGB", (40 + i % 7, 30), ((i * 37 + colour) % 255, 90, 20)).save(path)
+    images.append({"id": i + 1, "file_name": name, "width": 40 + i % 7, "height": 30})
+    anns.append({"id": i + 1, "image_id": i + 1, "category_id": 1 + i % 2,
+                 "bbox": [1, 2, 10 + i % 5, 12], "area": 120.0, "iscrowd": 0})
+  (root / "ann.json").write_text(json.dumps(
+      {"images": images, "annotations": anns,
+       "categories": [{"id": 1, "name": "cat"}, {"id": 2, "name": "dog"}]}))
+
+
+def _run(root: Path, output: str, *extra, env=None, check=True):
+  cmd = [sys.executable, "-m", "beam_tfrecord.cli", "convert", "--format", "coco",
+         "--input", f"train={root / 'ann.json'}", "--images", str(root / "imgs"),
+         "--output", output, "--num-shards", "4", *extra]
+  done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+  if check:
+    assert done.returncode == 0, done.stdout + done.stderr
+  return done
+
+
+def _records(directory: str):
+  """{image/filename: serialized record} of an output, read with TensorFlow."""
+  import tensorflow as tf
+  manifest = json.loads(Path(directory, "manifest.json").read_text())
+  out = {}
+  for split in manifest["splits"].values():
+    for shard in split["shards"]:
+      for raw in tf.data.TFRecordDataset(os.path.join(directory, shard["path"])):
+        example = tf.train.Example.FromString(raw.numpy())
+        name = example.features.feature["image/filename"].bytes_list.value[0].decode()
+        assert name not in out, f"{name} written twice"
+        out[name] = raw.numpy()
+  return out
+
+
+def _latest(dest: Path) -> str:
+  return versions.resolve(str(dest))
+
+
+def _full(root: Path, tmp: Path) -> dict:
+  out = tmp / f"full-{len(list(tmp.glob('full-*')))}"
+  _run(root, str(out))
+  return _records(str(out))
+
+
+def _inodes(directory: str):
+  return {p.name: (p.stat().st_ino, p.read_bytes()) for p in Path(directory).glob("*.tfrecord")}
+
+
+def test_versions_equal_full_runs_and_keep_old_shards(tmp_path):
+  src, dest = tmp_path / "src", tmp_path / "dest"
+  names = [f"{i:03d}.jpg" for i in range(80)]
+  _dataset(src, names)
+  first = _run(src, str(dest), "--append")
+  assert "full version: the first version" in first.stdout
+  v1 = _latest(dest)
+  assert v1.endswith("versions/00000001") and _records(v1) == _full(src, tmp_path)
+
+  # nothing changed: nothing published, no Beam job
+  probe = subprocess.run(
+      [sys.executable, "-c", "import sys; from beam_tfrecord.cli import main; "
+       f"code = main(['convert', '--format', 'coco', '--input', 'train={src / 'ann.json'}', "
+       f"'--images', '{src / 'imgs'}', '--output', '{dest}', '--num-shards', '4', "
+       "'--append']); print('beam imported:', 'apache_beam.pipeline' in sys.modules); "
+       "sys.exit(code)"], capture_output=True, text=True, timeout=300)
+  assert probe.returncode == 0 and "unchanged:" in probe.stdout, probe.stdout + probe.stderr
+  assert "beam imported: False" in probe.stdout
+  assert versions.numbers(str(dest)) == [1]
+
+  # 3 added: one delta shard, every earlier shard the same inode and bytes
+  _dataset(src, names + ["new1.jpg", "new2.jpg", "new3.jpg"])
+  second = _run(src, str(dest), "--append")
+  assert "append: 3 added, 0 changed, 0 removed, 80 kept; 1 delta shard written, " \
+         "0 shards rewritten, 4 kept" in second.stdout, second.stdout
+  v2 = _latest(dest)
+  assert _records(v2) == _full(src, tmp_path)
+  before, after = _inodes(v1), _inodes(v2)
+  assert len(after) == 5
+  assert sorted(before.values()) == sorted(v for v in after.values() if v in before.values())
+
+  # an image changed in place with its size and modification time kept (cp -p), one removed,
+  # one added: the shards holding them rewritten, the rest kept
+  a, b = src / "imgs" / "005.jpg", src / "imgs" / "007.jpg"
+  stamp = os.stat(b)
+  data = a.read_bytes()
+  data = data + b"\0" * (stamp.st_size - len(data)) if len(data) < stamp.st_size else data
+  if len(data) == stamp.st_size:
+    b.write_bytes(data)
+    os.utime(b, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+  else:
+    b.write_bytes(data)
+  _dataset(src, [n for n in names if n != "010.jpg"] + ["new1.jpg", "new2.jpg", "new3.jpg",
+                                                        "new4.jpg"])
+  third = _run(src, str(dest), "--append")
+  assert "1 added" in third.stdout and "1 removed" in third.stdout, third.stdout
+  assert "changed" in third.stdout and "0 changed" not in third.stdout, third.stdout
+  v3 = _latest(dest)
+  assert _records(v3) == _full(src, tmp_path)
+  # the earlier versions are unchanged, byte for byte
+  assert _inodes(v2) == after
+  # --compact: a full version with a fresh plan, same records
+  compacted = _run(src, str(dest), "--append", "--compact")
+  assert "full version: --compact" in compacted.stdout
+  v4 = _latest(dest)
+  assert _records(v4) == _records(v3) and len(_inodes(v4)) == 4
+  # --keep 1 (with a change, so a version is made): only LATEST's version is left and it reads
+  _dataset(src, [n for n in names if n != "010.jpg"] + ["new5.jpg"])
+  _run(src, str(dest), "--append", "--keep", "1")
+  assert versions.numbers(str(dest)) == [5]
+  assert _records(_latest(dest)) == _full(src, tmp_path)
+
+
+def test_a_damaged_earlier_version_costs_work_not_a_wrong_record(tmp_path):
+  src, dest = tmp_path / "src", tmp_path / "dest"
+  names = [f"{i:03d}.jpg" for i in range(40)]
+  _dataset(src, names)
+  _run(src, str(dest), "--append")
+  v1 = Path(_latest(dest))
+  indexes = sorted(v1.glob("shard-index-*.jsonl"))
+  # an entry's offset moved by 7 bytes; another pointing at its neighbour's record; a third
+  # index with a float offset; a kept shard replaced by a symlink to an outside file
+  lines = indexes[0].read_text().splitlines()
+  first = json.loads(lines[0]); first["offset"] += 7
+  second = json.loads(lines[1]); second["offset"], second["length"] = (
+      json.loads(lines[2])["offset"], json.loads(lines[2])["length"])
+  os.chmod(indexes[0], 0o644)
+  indexes[0].write_text("\n".join([json.dumps(first), json.dumps(second)] + lines[2:]) + "\n")
+  os.chmod(indexes[1], 0o644)
+  bad = json.loads(indexes[1].read_text().splitlines()[0]); bad["offset"] = 0.5
+  indexes[1].write_text(json.dumps(bad) + "\n" + "\n".join(
+      indexes[1].read_text().splitlines()[1:]) + "\n")
+  shard = sorted(v1.glob("train-*.tfrecord"))[3]
+  outside = tmp_path / "outside.tfrecord"
+  outside.write_bytes(shard.read_bytes())
+  shard.unlink()
+  shard.symlink_to(outside)
+  _dataset(src, names + ["more.jpg"])
+  done = _run(src, str(dest), "--append")
+  v2 = _latest(dest)
+  assert v2.endswith("00000002"), done.stdout + done.stderr
+  assert _records(v2) == _full(src, tmp_path)
+  for path in Path(v2).glob("*.tfrecord"):  # nothing links to the outside file
+    assert not path.is_symlink() and path.stat().st_ino != outside.stat().st_ino
+
+
+def test_a_fifo_in_place_of_a_shard_does_not_hang(tmp_path):
+  src, dest = tmp_path / "src", tmp_path / "dest"
+  names = [f"{i:03d}.jpg" for i in range(20)]
+  _dataset(src, names)
+  _run(src, str(dest), "--append")
+  v1 = Path(_latest(dest))
+  for name in ("train-00001-of-00004.tfrecord", "shard-index-train-00002-of-00004.jsonl"):
+    (v1 / name).unlink()
+    os.mkfifo(v1 / name)
+  _dataset(src, names + ["x.jpg"])
+  _run(src, str(dest), "--append")
+  assert _records(_latest(dest)) == _full(src, tmp_path)
+
+
+def test_the_same_images_typed_another_way_are_the_same_images(tmp_path):
+  src, dest = tmp_path / "src", tmp_path / "dest"
+  _dataset(src, [f"{i:03d}.jpg" for i in range(20)])
+  _run(src, str(dest), "--append")
+  os.chdir(tmp_path)  # relative paths now, absolute before: the same sources
+  cmd = [sys.executable, "-m", "beam_tfrecord.cli", "convert", "--format", "coco", "--input",
+         "train=src/ann.json", "--images", "src/imgs/", "--output", "dest", "--num-shards",
+         "4", "--append"]
+  (src / "imgs" / "019.jpg").touch()  # one stamp changed, so the pipeline runs and compares
+  done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr
+  assert "0 added" in done.stdout and "0 removed" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("point", ["publish-version", "publish-latest"])
+def test_a_kill_while_publishing_leaves_the_old_version_latest(tmp_path, point):
+  src, dest = tmp_path / "src", tmp_path / "dest"
+  names = [f"{i:03d}.jpg" for i in range(20)]
+  _dataset(src, names)
+  _run(src, str(dest), "--append")
+  _dataset(src, names + ["k.jpg"])
+  killed = _run(src, str(dest), "--append", env=dict(os.environ, BEAM_TFRECORD_KILL_AT=point),
+                check=False)
+  assert killed.returncode == -9
+  assert _latest(dest).endswith("00000001")
+  again = _run(src, str(dest), "--append")
+  assert _latest(dest).endswith("00000002"), again.stdout
+  assert versions.numbers(str(dest)) == [1, 2]
+  assert _records(_latest(dest)) == _full(src, tmp_path)
+
+
+def test_two_racing_runs_publish_once(tmp_path):
+  src, dest = tmp_path / "src", tmp_path / "dest"
+  names = [f"{i:03d}.jpg" for i in range(30)]
+  _dataset(src, names)
+  _run(src, str(dest), "--append")
+  _dataset(src, names + ["r.jpg"])
+  results = []
+  threads = [threading.Thread(target=lambda: results.append(
+      _run(src, str(dest), "--append", check=False))) for _ in range(2)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  codes = sorted(r.returncode for r in results)
+  assert codes[0] == 0 and codes[1] != 0, [r.stderr for r in results]
+  loser = [r for r in results if r.returncode][0]
+  assert len(loser.stderr.strip().splitlines()) == 1, loser.stderr
+  assert versions.numbers(str(dest)) == [1, 2]
+  assert [n for n in os.listdir(dest) if n.startswith(".beam-tfrecord-run")] == []
+
+
+def test_an_output_without_a_shard_plan_gets_a_full_version(tmp_path):
+  src, dest = tmp_path / "src", tmp_path / "dest"
+  names = [f"{i:03d}.jpg" for i in range(20)]
+  _dataset(src, names)
+  _run(src, str(dest), "--append")
+  manifest_path = Path(_latest(dest), "manifest.json")
+  manifest = json.loads(manifest_path.read_text())
+  del manifest["shard_plan"]
+  manifest_path.write_text(json.dumps(manifest))
+  _dataset(src, names + ["z.jpg"])
+  done = _run(src, str(dest), "--append")
+  assert "full version: " in done.stdout and "no shard_plan" in done.stdout, done.stdout
+  assert _records(_latest(dest)) == _full(src, tmp_path)
