@@ -176,11 +176,10 @@ def _convert(config: ConvertConfig, beam_args, argv, run_id: str):
   from apache_beam.options.pipeline_options import PipelineOptions
 
   from beam_tfrecord import pipeline
-  from beam_tfrecord.cli.convert import _wait
-  from beam_tfrecord.cli.process import private_tempdir, startup_frozen, terminate_as_exit
+  from beam_tfrecord.cli.process import (private_tempdir, startup_frozen, terminate_as_exit,
+                                         wait_for_job)
   from beam_tfrecord.finalize import output as outputs
   from beam_tfrecord.finalize.manifest import OUTCOMES
-  from beam_tfrecord.records.manifest import Manifest
   from beam_tfrecord.storage.progress import Progress
   options = PipelineOptions(list(beam_args))
   standard = options.view_as(beam.options.pipeline_options.StandardOptions)
@@ -200,7 +199,7 @@ def _convert(config: ConvertConfig, beam_args, argv, run_id: str):
         print(f"beam-tfrecord: the pipeline failed ({type(e).__name__}: {first[:300]}); "
               "LATEST is unchanged", file=sys.stderr)
         return EXIT_FAILED, None
-      state = _wait(result, options)
+      state = wait_for_job(result, options)
   if state is None:
     return EXIT_OK, None
   if str(state) not in ("DONE", "PipelineState.DONE"):

@@ -13,7 +13,7 @@ from typing import Sequence
 from beam_tfrecord import config as config_mod
 from beam_tfrecord.cli import outcome
 from beam_tfrecord.cli.process import (private_tempdir, startup_frozen,
-                                       terminate_as_exit)
+                                       terminate_as_exit, wait_for_job)
 from beam_tfrecord.config import ConvertConfig
 from beam_tfrecord.errors import EXIT_FAILED, EXIT_OK, UsageError
 from beam_tfrecord.storage import paths
@@ -68,7 +68,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
     except ValueError as e:
       raise UsageError(str(e)) from None
     if building_only:
-      return _wait(p.run(), options) or EXIT_OK
+      return wait_for_job(p.run(), options) or EXIT_OK
     from apache_beam.io.filesystems import FileSystems
     created = not FileSystems.exists(config.output)
     if created and not paths.is_remote(config.output):
@@ -103,7 +103,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
           print(f"beam-tfrecord: the pipeline failed ({type(e).__name__}: {first[:300]}); "
                 f"{config.output} is unchanged", file=sys.stderr)
           return EXIT_FAILED
-        state = _wait(result, options)
+        state = wait_for_job(result, options)
       if state is None:  # --no_wait_until_finish: the job goes on without us
         return EXIT_OK
       if str(state) not in ("DONE", "PipelineState.DONE"):
@@ -130,36 +130,3 @@ def _building_only(options) -> bool:
                                                     TestOptions)
   return bool(options.view_as(TestOptions).dry_run or
               options.view_as(GoogleCloudOptions).template_location)
-
-
-def _wait(result, options):
-  """Wait for the job; its final state, or None when there is no run to wait for.
-
-  Dataflow: prints the job id in the form Airflow's Beam operator parses ("Created job with
-  id: [ID]") and the console URL; a failed or cancelled job (Beam raises) is its final state;
-  a template (--template_location, also how Flex Templates launch) or --dry_run only built
-  the job, and --no_wait_until_finish submits without waiting.
-  """
-  from apache_beam.options.pipeline_options import (GoogleCloudOptions,
-                                                    StandardOptions,
-                                                    TestOptions)
-  if getattr(result, "has_job", False):
-    gcp = options.view_as(GoogleCloudOptions)
-    print(f"Created job with id: [{result.job_id()}]\nDataflow console: "
-          f"https://console.cloud.google.com/dataflow/jobs/{gcp.region}/{result.job_id()}"
-          f"?project={gcp.project}", file=sys.stderr, flush=True)
-  elif type(result).__name__ == "DataflowPipelineResult" or options.view_as(TestOptions).dry_run:
-    print("beam-tfrecord: job built, not run (template or --dry_run)", file=sys.stderr)
-    return None
-  if options.view_as(StandardOptions).no_wait_until_finish and getattr(result, "has_job", False):
-    print("beam-tfrecord: job submitted, not waiting for it (--no_wait_until_finish)",
-          file=sys.stderr)
-    return None
-  try:
-    return result.wait_until_finish()
-  except (KeyboardInterrupt, SystemExit):
-    raise
-  except Exception as e:  # DataflowRuntimeException: the job ended FAILED or CANCELLED
-    state = getattr(result, "state", None)
-    print(f"beam-tfrecord: {type(e).__name__}: {e}", file=sys.stderr)
-    return state if state is not None else "FAILED"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import sys
 import threading
 
 
@@ -64,3 +65,36 @@ def startup_frozen():
     yield
   finally:
     gc.unfreeze()
+
+
+def wait_for_job(result, options):
+  """Wait for the job; its final state, or None when there is no run to wait for.
+
+  Dataflow: prints the job id in the form Airflow's Beam operator parses ("Created job with
+  id: [ID]") and the console URL; a failed or cancelled job (Beam raises) is its final state;
+  a template (--template_location, also how Flex Templates launch) or --dry_run only built
+  the job, and --no_wait_until_finish submits without waiting.
+  """
+  from apache_beam.options.pipeline_options import (GoogleCloudOptions,
+                                                    StandardOptions,
+                                                    TestOptions)
+  if getattr(result, "has_job", False):
+    gcp = options.view_as(GoogleCloudOptions)
+    print(f"Created job with id: [{result.job_id()}]\nDataflow console: "
+          f"https://console.cloud.google.com/dataflow/jobs/{gcp.region}/{result.job_id()}"
+          f"?project={gcp.project}", file=sys.stderr, flush=True)
+  elif type(result).__name__ == "DataflowPipelineResult" or options.view_as(TestOptions).dry_run:
+    print("beam-tfrecord: job built, not run (template or --dry_run)", file=sys.stderr)
+    return None
+  if options.view_as(StandardOptions).no_wait_until_finish and getattr(result, "has_job", False):
+    print("beam-tfrecord: job submitted, not waiting for it (--no_wait_until_finish)",
+          file=sys.stderr)
+    return None
+  try:
+    return result.wait_until_finish()
+  except (KeyboardInterrupt, SystemExit):
+    raise
+  except Exception as e:  # DataflowRuntimeException: the job ended FAILED or CANCELLED
+    state = getattr(result, "state", None)
+    print(f"beam-tfrecord: {type(e).__name__}: {e}", file=sys.stderr)
+    return state if state is not None else "FAILED"

@@ -1,14 +1,24 @@
 """The commands that only read an output: inspect, show, verify. They never import Apache Beam
-(tests/test_layout.py runs them and checks)."""
+(tests/test_layout.py runs them and checks). Given a versioned output's DEST (convert
+--append) each reads the version DEST/LATEST names, resolved once, and says which; a damaged
+LATEST is one line on stderr and exit 2."""
 from __future__ import annotations
 
 import sys
 
 from beam_tfrecord.errors import UsageError
+from beam_tfrecord.storage import versions
 
 
 def run(args) -> int:
   """`inspect`, `show` or `verify`, as parsed; the exit code."""
+  try:
+    return _run(args)
+  except versions.DamagedVersions as e:  # cli.main: one line, exit 2
+    raise UsageError(str(e)) from None
+
+
+def _run(args) -> int:
   from beam_tfrecord.readback import verify
   if args.command == "inspect":
     from beam_tfrecord.readback import stats
@@ -26,6 +36,8 @@ def _show(args) -> int:
     return 2
   try:
     picture = show.show(args.output, split=args.split, n=args.n, seed=args.seed)
+  except versions.DamagedVersions:
+    raise
   except (KeyError, ValueError) as e:
     print(f"beam-tfrecord: {e.args[0] if e.args else e}", file=sys.stderr)
     return 2
@@ -36,5 +48,7 @@ def _show(args) -> int:
           "finished beam-tfrecord output?", file=sys.stderr)
     return 2
   picture.save(args.picture)
-  print(f"{args.picture}: {len(picture.info['tiles'])} examples of {args.output}")
+  number = picture.info.get("version")
+  read = f" -> {versions.label(number)}" if number is not None else ""
+  print(f"{args.picture}: {len(picture.info['tiles'])} examples of {args.output}{read}")
   return 0

@@ -106,7 +106,10 @@ def tf_data_snippet(manifest: Union[Manifest, Mapping]) -> str:
   except ValueError:
     image_key = None
   lines = ["import json", "", "import tensorflow as tf", "",
-           f"OUTPUT = {_py(output)}  # this directory", ""]
+           f"OUTPUT = {_py(output)}  # this output",
+           "if tf.io.gfile.exists(OUTPUT + '/LATEST'):  # versioned (--append): LATEST's version",
+           "    with tf.io.gfile.GFile(OUTPUT + '/LATEST') as f:",
+           "        OUTPUT += '/' + f.read().strip()", ""]
   lines += feature_lines(manifest.features)
   lines += ["", "",
             "def parse(record):",
@@ -216,6 +219,8 @@ def render(manifest: Union[Manifest, Mapping]) -> str:
           tf_data_snippet(manifest), "```", "",
           "With beam-tfrecord (feature spec from `manifest.json`, per-object lists dense):", "",
           "```python", "from beam_tfrecord import reader", "",
+          "# a versioned output's DEST (convert --append) reads the version DEST/LATEST "
+          "names, resolved once",
           f"dataset = reader.load({_py(output)}, split={_py(split)})",
           "for example in dataset.take(1):",
           "    print({k: v.shape for k, v in example.items()})",

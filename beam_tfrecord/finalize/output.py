@@ -331,6 +331,16 @@ def pending_swap(output: str) -> Optional[Dict]:
   return read_json(uri) if files.exists(uri, strict=True) else None
 
 
+def append_line(incremental: Dict) -> str:
+  """--append's line of the summary: what the version did with the one before."""
+  images, shards = incremental["images"], incremental["shards"]
+  return (f"append: {images['added']:,} added, {images['changed']:,} changed, "
+          f"{images['removed']:,} removed, {images['kept']:,} kept; "
+          f"{shards['delta_written']:,} delta shard{'s' * (shards['delta_written'] != 1)} "
+          f"written, {shards['rewritten']:,} shard{'s' * (shards['rewritten'] != 1)} "
+          f"rewritten, {shards['kept']:,} kept")
+
+
 def summary(manifest: Union[Manifest, Dict], output: str,
             seconds: Optional[float] = None) -> str:
   manifest = Manifest.of(manifest)
@@ -357,7 +367,6 @@ def summary(manifest: Union[Manifest, Dict], output: str,
   if incremental:
     shards = incremental["shards"]
     if incremental["mode"] == "append":
-      from beam_tfrecord.finalize.publish import append_line
       lines.append(f"  {append_line(incremental)}")
     elif incremental["mode"] == "incremental":
       images = incremental["images"]

@@ -88,15 +88,6 @@ def append_summary(incremental: Dict, stats: Sequence[Dict]) -> Dict:
           "damaged": sum(s.get("damaged", 0) for s in shards)}
 
 
-def append_line(incremental: Dict) -> str:
-  images, shards = incremental["images"], incremental["shards"]
-  return (f"append: {images['added']:,} added, {images['changed']:,} changed, "
-          f"{images['removed']:,} removed, {images['kept']:,} kept; "
-          f"{shards['delta_written']:,} delta shard{'s' * (shards['delta_written'] != 1)} "
-          f"written, {shards['rewritten']:,} shard{'s' * (shards['rewritten'] != 1)} "
-          f"rewritten, {shards['kept']:,} kept")
-
-
 def nothing_changed(incremental: Optional[Dict]) -> bool:
   if not incremental or incremental.get("mode") != "append":
     return False

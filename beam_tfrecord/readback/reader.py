@@ -1,11 +1,17 @@
-"""Read an output directory back as a parsed tf.data.Dataset, feature spec from the manifest."""
+"""Read an output directory back as a parsed tf.data.Dataset, feature spec from the manifest.
+
+Every entry point takes an ordinary output, a version directory (DEST/versions/<V>) or a
+versioned output's DEST: DEST/LATEST is read once, at entry, and every file (manifest.json,
+shards) comes from the one version it named, so a run publishing a new version meanwhile
+cannot mix two versions in one read. A damaged LATEST raises versions.DamagedVersions.
+"""
 from __future__ import annotations
 
 from typing import Dict, Mapping, Optional, Union
 
 from beam_tfrecord.readback import views
 from beam_tfrecord.records.manifest import Manifest
-from beam_tfrecord.storage import paths
+from beam_tfrecord.storage import paths, versions
 
 
 def feature_description(manifest: Union[Manifest, Mapping]) -> Dict:
@@ -20,8 +26,14 @@ def feature_description(manifest: Union[Manifest, Mapping]) -> Dict:
 
 
 def shard_files(output: str, split: str, manifest: Optional[Manifest] = None):
-  manifest = manifest or views.read_manifest(output)
-  return [paths.join(output, s.path) for s in manifest.splits[split].shards]
+  """The shard paths of a split, in order. With `manifest` given, `output` should be the
+  directory it was read from (a version directory rather than DEST: LATEST may have moved)."""
+  output = versions.resolve(output)
+  return _shard_files(output, split, manifest or views.read_manifest(output))
+
+
+def _shard_files(directory: str, split: str, manifest: Manifest):
+  return [paths.join(directory, s.path) for s in manifest.splits[split].shards]
 
 
 def load(output: str, split: str = "train", dense: bool = True):
@@ -31,7 +43,8 @@ def load(output: str, split: str = "train", dense: bool = True):
   1-D tensors, so `example['image/object/bbox/xmin']` is a plain vector.
   """
   import tensorflow as tf
-  manifest = views.read_manifest(output)
+  directory = versions.resolve(output)  # once: manifest and shards from the same version
+  manifest = views.read_manifest(directory)
   if split not in manifest.splits:
     raise KeyError(f"split {split!r} not in {output}; it has {sorted(manifest.splits)}")
   spec = feature_description(manifest)
@@ -43,12 +56,13 @@ def load(output: str, split: str = "train", dense: bool = True):
                 for k, v in parsed.items()}
     return parsed
 
-  files = shard_files(output, split, manifest)
+  files = _shard_files(directory, split, manifest)
   return tf.data.TFRecordDataset(files).map(parse)
 
 
 def show(output: str, split: Optional[str] = None, n: int = 16, seed: int = 0):
   """A PIL image of n examples of one split drawn from the records (boxes with class names,
-  masks, classification captions); it displays inline in a notebook. See show.py."""
+  masks, classification captions); it displays inline in a notebook. See show.py (which
+  resolves a versioned output's LATEST once, as load does)."""
   from beam_tfrecord.readback import show as shows
   return shows.show(output, split=split, n=n, seed=seed)

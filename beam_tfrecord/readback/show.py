@@ -18,6 +18,7 @@ from PIL import Image, ImageDraw, ImageFont
 from beam_tfrecord.finalize import card
 from beam_tfrecord.readback import views
 from beam_tfrecord.records.manifest import Manifest
+from beam_tfrecord.storage import versions
 
 TILE = 256           # each image is scaled to fit TILE x TILE
 PAD = 6              # between tiles
@@ -191,11 +192,21 @@ def sample(output: str, manifest: Union[Manifest, Mapping], split: str, n: int,
 
 def show(output: str, split: Optional[str] = None, n: int = 16, seed: int = 0,
          tile: int = TILE) -> Image.Image:
-  """A PIL image of n examples of one split (default: train, else the first split)."""
-  manifest = views.read_manifest(output)
+  """A PIL image of n examples of one split (default: train, else the first split).
+
+  `output` may be a versioned output's DEST: LATEST is read once and every record comes from
+  the version it names. `picture.info["read"]` is the directory read, `picture.info["version"]`
+  the version number (None for an ordinary output or a version directory given itself)."""
+  directory, number = versions.locate(output)
+  manifest = views.read_manifest(directory)
   split = split or card.default_split(manifest)
-  items = sample(output, manifest, split, n, seed)
+  items = sample(directory, manifest, split, n, seed)
   total = manifest.splits[split].examples
-  title = (f"{output.rstrip('/').rsplit('/', 1)[-1]} · {split} · {len(items)} of "
+  name = output.rstrip("/").rsplit("/", 1)[-1]
+  if number is not None:
+    name += f" · {versions.label(number)}"
+  title = (f"{name} · {split} · {len(items)} of "
            f"{total} records · schema {manifest.schema}")
-  return render(items, manifest.label_map, tile=tile, title=title)
+  picture = render(items, manifest.label_map, tile=tile, title=title)
+  picture.info["read"], picture.info["version"] = directory, number
+  return picture

@@ -14,6 +14,7 @@ import pandas as pd
 
 from beam_tfrecord.readback import views
 from beam_tfrecord.records.manifest import Manifest
+from beam_tfrecord.storage import versions
 
 # COCO's area bands (cocoapi's COCOeval areaRng), applied here to box area in pixels.
 SMALL, MEDIUM = 32 ** 2, 96 ** 2
@@ -179,7 +180,9 @@ def plot(stats: Mapping, objects: pd.DataFrame, path: str) -> None:
 
 
 def inspect_command(output: str, as_json: bool = False, plot_path: Optional[str] = None) -> int:
-  """`beam-tfrecord inspect`: returns the exit code."""
+  """`beam-tfrecord inspect`: returns the exit code. A versioned output's DEST is read at
+  the version its LATEST names (read once; the report names it: `version` in --json, a
+  `version: DEST -> versions/<V>` line after the status); a damaged LATEST is a UsageError."""
   from beam_tfrecord import errors
   from beam_tfrecord.finalize import output as outputs
   if plot_path:
@@ -190,23 +193,32 @@ def inspect_command(output: str, as_json: bool = False, plot_path: Optional[str]
             "pip install 'beam-tfrecord[plots]'", file=sys.stderr)
       return errors.EXIT_USAGE
   try:
-    manifest = views.read_manifest(output)
+    directory, number = versions.locate(output)
+  except versions.DamagedVersions as e:
+    raise errors.UsageError(str(e)) from None
+  try:
+    manifest = views.read_manifest(directory)
   except outputs.IncompleteOutput as e:  # one line naming verify --repair, exit 2
     raise errors.UsageError(str(e)) from None
   except (OSError, ValueError) as e:
-    print(f"beam-tfrecord: {output} has no readable manifest.json ({e}); is it a finished "
+    print(f"beam-tfrecord: {directory} has no readable manifest.json ({e}); is it a finished "
           "beam-tfrecord output?", file=sys.stderr)
     return errors.EXIT_USAGE
   try:
-    records, objects = frames(output, manifest)
+    records, objects = frames(directory, manifest)
   except (KeyError, ValueError) as e:  # a schema or split this tool cannot read back
     raise errors.UsageError(f"{output}: {e.args[0] if e.args else e}") from None
   stats = compute(manifest, records, objects)
   stats["output"] = output
+  if number is not None:
+    stats["version"] = versions.label(number)
   if as_json:
     print(json.dumps(stats, indent=2, ensure_ascii=False))
   else:
-    print(text(stats, outputs.summary(manifest, output)))
+    report = text(stats, outputs.summary(manifest, output)).split("\n")
+    if number is not None:  # after the status, which stays the first line
+      report.insert(1, f"version: {output} -> {versions.label(number)}")
+    print("\n".join(report))
   if plot_path:
     plot(stats, objects, plot_path)
     if not as_json:

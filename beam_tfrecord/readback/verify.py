@@ -5,6 +5,11 @@ present; each shard's byte count, record framing (CRCs) and record count as the 
 every record parsed with TensorFlow through the manifest's feature spec; no record file the
 manifest does not list (named like TFRecords, or by the run's --shard-name-template);
 label_map.pbtxt equal to the manifest's label map.
+
+A versioned output's DEST (convert --append) is checked at the version its LATEST names,
+read once; the verdict names it (`verify: DEST -> versions/<V>: ...`). A damaged LATEST is
+DamagedVersions (one line and exit 2 from the command). A published version is never
+changed, so `--repair` on DEST repairs nothing unless that version has a swap journal.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from typing import Dict, List, Optional, Tuple
 from beam_tfrecord.finalize import output as outputs
 from beam_tfrecord.records import tfrecord
 from beam_tfrecord.records.manifest import Manifest
-from beam_tfrecord.storage import files, paths
+from beam_tfrecord.storage import files, paths, versions
 
 RECORD_FILE = re.compile(r"(\.tfrec|\.tfrecord|\.tfrecords)$|-\d{5}-of-\d{5}")
 
@@ -91,13 +96,26 @@ def repair_output(output: str, break_lock: bool = False) -> Optional[str]:
 
 def check(output: str, repair: bool = False, break_lock: bool = False
           ) -> Tuple[int, List[str], List[str]]:
-  """(records parsed, problems, notes). No problems means the output is sound."""
+  """(records parsed, problems, notes). No problems means the output is sound. A versioned
+  output's DEST is checked at the version LATEST names (DamagedVersions when LATEST is)."""
+  directory, number = versions.locate(output)
+  return _check(directory, number, output, repair, break_lock)
+
+
+def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lock: bool
+           ) -> Tuple[int, List[str], List[str]]:
+  """check() of `output`, a directory already resolved: `number` is the version LATEST in
+  `dest` named, None when `output` was given as it is."""
   from beam_tfrecord.readback import reader
   notes: List[str] = []
   if repair:
-    done = repair_output(output, break_lock)
-    if done:
-      notes.append(done)
+    if number is not None and outputs.pending_swap(output) is None:
+      notes.append(f"{dest} is a versioned output: nothing to repair (a published version "
+                   "is never changed)")
+    else:
+      done = repair_output(output, break_lock)
+      if done:
+        notes.append(done)
   journal = outputs.pending_swap(output)
   if journal is not None:
     return 0, [f"{output}: a run ({journal['run_id']}) was interrupted while replacing the "
@@ -107,6 +125,8 @@ def check(output: str, repair: bool = False, break_lock: bool = False
   except Exception as e:
     failed = [n for n in outputs.entries(output) if n.startswith(outputs.RUN_PREFIX)]
     hint = f"; failed run reports: {', '.join(failed)}" if failed else ""
+    if number is None and versions.is_versioned(output):
+      hint += f"; it has {versions.VERSIONS}/ but no {versions.LATEST}: no version is published"
     return 0, [f"{output}: no readable {outputs.MANIFEST} ({type(e).__name__}){hint}"], notes
   problems: List[str] = []
   status = raw.get("status") if isinstance(raw, dict) else None
@@ -169,7 +189,12 @@ def run(output: str, repair: bool = False, break_lock: bool = False) -> int:
 
   from beam_tfrecord.finalize import lock as locks
   try:
-    total, problems, notes = check(output, repair, break_lock)
+    directory, number = versions.locate(output)
+  except versions.DamagedVersions as e:  # one line, exit 2 (cli.main prints UsageError so)
+    from beam_tfrecord.errors import UsageError
+    raise UsageError(str(e)) from None
+  try:
+    total, problems, notes = _check(directory, number, output, repair, break_lock)
   except locks.LockNotWritten as e:
     print(f"beam-tfrecord: {output}: {e}", file=sys.stderr)
     return 1
@@ -177,5 +202,7 @@ def run(output: str, repair: bool = False, break_lock: bool = False) -> int:
     print(f"verify: {note}")
   for problem in problems:
     print(problem)
-  print(f"verify: {total} examples parsed with TensorFlow: {'OK' if not problems else 'FAILED'}")
+  read = f"{output} -> {versions.label(number)}: " if number is not None else ""
+  print(f"verify: {read}{total} examples parsed with TensorFlow: "
+        f"{'OK' if not problems else 'FAILED'}")
   return 0 if not problems else 1

@@ -87,7 +87,8 @@ def _check_real_dir(path: str, what: str) -> None:
 def read_latest(dest: str) -> Optional[int]:
   """The number LATEST names, None when DEST has no LATEST. Locally LATEST must be a regular
   file (opened without following a link, never a FIFO) and its version a real directory
-  inside DEST/versions; DamagedVersions otherwise."""
+  inside DEST/versions, itself a real directory (also when there is no LATEST yet);
+  DamagedVersions otherwise."""
   uri = paths.join(dest, LATEST)
   if paths.is_remote(dest):
     from apache_beam.io.filesystems import FileSystems
@@ -101,6 +102,9 @@ def read_latest(dest: str) -> Optional[int]:
   try:
     fd = os.open(uri, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
   except (FileNotFoundError, NotADirectoryError):  # no LATEST, or DEST is not a directory
+    if _lstat_kind(paths.join(dest, VERSIONS)) not in (None, stat.S_IFDIR):
+      # nothing published yet, but versions/ is a link (or a file): never list or write there
+      _check_real_dir(paths.join(dest, VERSIONS), "the versions folder")
     return None
   except OSError as e:  # ELOOP: a symlink
     raise DamagedVersions(f"LATEST in {dest} cannot be opened as a plain file "

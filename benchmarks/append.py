@@ -1,0 +1,238 @@
+"""Append benchmark (issue 29): a versioned output (`convert --append`) growing by 1% a night,
+against a full conversion of the same sources, interleaved, on the cached synthetic COCO
+images (dataset.py). Version 1 is made once, untimed; then each repeat runs, each in its own
+process timed by run.measure (wall, CPU of the process tree, peak RSS), after an untimed
+sync:
+
+  full          a plain full conversion of version 2's sources (the baseline)
+  append        --append onto a copy of DEST at version 1 (cp -al: it shares version 1's
+                files, as versions do): 1% added
+  append-mix    the same with 0.1% of images changed (new bytes, same name) and 0.1% removed
+  no-change     --append with version 1's sources: nothing is published
+
+For each append it reports the shard bytes it wrote (files of the new version that are not
+links to version 1's), the image bytes it read (the images it encoded: added and changed),
+and checks that the new version's records equal the full run's, record for record (the
+multiset of record bytes: shard order differs). The machine's other load is recorded during
+each run (/proc/stat busy time minus the run's own CPU): a run beside more than half a core
+of other work is marked disturbed. Time on a quiet machine.
+
+  python benchmarks/append.py --images 20000 --repeats 3
+  python benchmarks/append.py --smoke
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import dataset as datasets  # noqa: E402
+import incremental  # noqa: E402
+import run as harness  # noqa: E402
+
+sys.path.insert(0, harness.REPO)
+from beam_tfrecord.records.tfrecord import read_record  # noqa: E402
+
+
+def busy_jiffies() -> float:
+  """Machine-wide busy CPU seconds so far (all cores), from /proc/stat."""
+  with open("/proc/stat") as f:
+    fields = [int(x) for x in f.readline().split()[1:]]
+  idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+  return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def records_of(directory: str) -> collections.Counter:
+  """The multiset of record bytes (as digests) of an output's shards."""
+  manifest = json.load(open(os.path.join(directory, "manifest.json")))
+  found: collections.Counter = collections.Counter()
+  for split in manifest["splits"].values():
+    for shard in split["shards"]:
+      with open(os.path.join(directory, shard["path"]), "rb") as f:
+        while True:
+          record = read_record(f)
+          if record is None:
+            break
+          found[hashlib.sha256(record).hexdigest()] += 1
+  return found
+
+
+def latest(dest: str) -> str:
+  return os.path.join(dest, open(os.path.join(dest, "LATEST")).read().strip())
+
+
+def written_bytes(new: str, old: str) -> int:
+  """Bytes of the new version's shards and indexes that are not version 1's files."""
+  old_inodes = {os.stat(os.path.join(old, n)).st_ino for n in os.listdir(old)}
+  total = 0
+  for name in os.listdir(new):
+    st = os.stat(os.path.join(new, name))
+    if st.st_ino not in old_inodes and name.endswith((".tfrecord", ".jsonl")):
+      total += st.st_size
+  return total
+
+
+def make_mix(version: Dict, root: str, count: int, changed: int, removed: int) -> str:
+  """Version 2's sources with `changed` more images redrawn and `removed` dropped: v3.json,
+  its images in version["images3"]."""
+  doc = json.load(open(version["v2"]))
+  images = version["images3"]
+  step = max(1, count // max(changed + removed, 1))
+  picks = [datasets.file_name(k * step + 3) for k in range(changed + removed)]
+  for name in picks[:changed]:
+    path = os.path.join(images, name)
+    os.remove(path)
+    with open(path, "wb") as f:
+      f.write(datasets.render(int(name[4:10]) + 9_000_000))
+  gone = set(picks[changed:])
+  ids = {img["id"] for img in doc["images"] if img["file_name"] in gone}
+  doc["images"] = [img for img in doc["images"] if img["id"] not in ids]
+  doc["annotations"] = [a for a in doc["annotations"] if a["image_id"] not in ids]
+  v3 = os.path.join(root, "v3.json")
+  with open(v3, "w", encoding="utf-8") as f:
+    json.dump(doc, f)
+  return v3
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--images", type=int, default=20000)
+  parser.add_argument("--added", type=float, default=0.01)
+  parser.add_argument("--changed", type=float, default=0.001)
+  parser.add_argument("--removed", type=float, default=0.001)
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--smoke", action="store_true", help="40 images, one repeat")
+  parser.add_argument("--cache-dir", default=datasets.DEFAULT_CACHE)
+  parser.add_argument("--output-json", metavar="PATH")
+  parser.add_argument("--extra", action="append", default=[], metavar="ARG")
+  args = parser.parse_args(argv)
+  if args.smoke:
+    args.images, args.repeats, args.added, args.changed, args.removed = 40, 1, 0.05, 0.05, 0.05
+  incremental.EXTRA[:] = args.extra
+  data = datasets.ensure_dataset(args.images, args.cache_dir)
+  work = tempfile.mkdtemp(prefix="beam-tfrecord-append-")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  convert = incremental.convert
+  try:
+    # One image folder, as a nightly job has: an image's identity is its name and path, so a
+    # folder per version would make every image new. The folder goes through three states,
+    # each measured in its own phase (interleaved within it): version 1 (no-change), version
+    # 2 (full, append: 1% added), version 3 (full-mix, append-mix: also 0.1% redrawn, 0.1%
+    # removed). The copies of DEST link its files only (cp -al): never an image, whose change
+    # time the stamps compare.
+    version = incremental.make_v1(data, work)
+    images = version["images"]
+    v1_doc = version["v1"]
+    dest1 = os.path.join(work, "dest-v1")
+    subprocess.run(convert(v1_doc, images, dest1, "--append"), check=True,
+                   env=env, cwd=harness.REPO, stdout=subprocess.DEVNULL)
+    v1_dir = latest(dest1)
+    added = max(1, round(args.images * args.added))
+    changed = max(1, round(args.images * args.changed))
+    removed = max(1, round(args.images * args.removed))
+    phases = [{"no-change": v1_doc}, {"full": "v2", "append": "v2"},
+              {"full-mix": "v3", "append-mix": "v3"}]
+    rows: Dict[str, List] = {n: [] for phase in phases for n in phase}
+    others: Dict[str, List[float]] = {n: [] for n in rows}
+    checks: Dict[str, Dict] = {}
+    logs = os.path.join(work, "logs")
+    os.makedirs(logs)
+    full_records: Dict[str, collections.Counter] = {}
+    for number, phase in enumerate(phases):
+      if number == 1:
+        version = incremental.make_v2(version, work, args.images, added, 0)
+      elif number == 2:
+        version["images3"] = images
+        v3 = make_mix(version, work, args.images, changed, removed)
+      docs = {"v2": version.get("v2"), "v3": v3 if number == 2 else None}
+      for rep in range(args.repeats):
+        for name, which in phase.items():
+          annotations = docs.get(which, which)
+          out = os.path.join(work, f"out-{name}")
+          shutil.rmtree(out, ignore_errors=True)
+          if name.startswith("full"):
+            cmd = convert(annotations, images, out)
+          else:
+            subprocess.run(["cp", "-al", dest1, out], check=True)
+            cmd = convert(annotations, images, out, "--append")
+          os.sync()
+          busy = busy_jiffies()
+          run = harness.measure(cmd, os.path.join(logs, f"{name}-{rep}.log"), env, 8000)
+          other = max(0.0, (busy_jiffies() - busy - run.cpu_s) / max(run.wall_s, 1e-9))
+          if not run.ok:
+            print(f"{name} failed: {run.error}; log {run.log}", file=sys.stderr)
+            return 1
+          rows[name].append(run)
+          others[name].append(other)
+          if name.startswith("full"):
+            full_records[name] = records_of(out)
+          elif name != "no-change":
+            new = latest(out)
+            manifest = json.load(open(os.path.join(new, "manifest.json")))
+            checks[name] = {
+                "summary": manifest["incremental"], "written_bytes": written_bytes(new, v1_dir),
+                "full_bytes": sum(os.path.getsize(os.path.join(new, s["path"]))
+                                  for sp in manifest["splits"].values() for s in sp["shards"]),
+                "equal_to_full": records_of(new) == full_records[
+                    "full" if name == "append" else "full-mix"]}
+          else:
+            checks[name] = {"published": os.path.basename(latest(out)) != os.path.basename(v1_dir)}
+          print(f"  [{rep + 1}/{args.repeats}] {name:<11} {run.wall_s:7.2f} s {run.cpu_s:7.2f} "
+                f"cpu-s {run.peak_rss_mb:6.0f} MB  load {run.load_avg:4.2f}  other "
+                f"{other:4.2f} cores{'  DISTURBED' if other > 0.5 else ''}", flush=True)
+    medians = {name: {"wall_s": statistics.median(r.wall_s for r in runs),
+                      "cpu_s": statistics.median(r.cpu_s for r in runs),
+                      "wall_spread_s": max(r.wall_s for r in runs) - min(r.wall_s for r in runs),
+                      "peak_rss_mb": statistics.median(r.peak_rss_mb for r in runs),
+                      "other_cores_max": max(others[name])}
+               for name, runs in rows.items()}
+    full = medians["full"]["wall_s"]
+    for name, base in (("append-mix", "full-mix"),):
+      medians[name]["ratio_vs_its_full"] = medians[name]["wall_s"] / medians[base]["wall_s"]
+    added_bytes = sum(os.path.getsize(os.path.join(images, datasets.file_name(
+        args.images + k))) for k in range(added))
+    report = {"images": args.images, "added": added, "changed": changed, "removed": removed,
+              "repeats": args.repeats, "medians": medians, "checks": checks,
+              "added_image_bytes": added_bytes,
+              "ratio_vs_full": {n: m["wall_s"] / full for n, m in medians.items()},
+              "machine_load_at_end": os.getloadavg()[0]}
+    print(f"\n{args.images} images: {added} added; mix: +{changed} changed, {removed} removed "
+          f"({args.repeats} interleaved runs, medians)")
+    for name, m in medians.items():
+      print(f"  {name:<11} {m['wall_s']:7.2f} s (spread {m['wall_spread_s']:.2f})  "
+            f"{m['cpu_s']:7.2f} cpu-s  {m['peak_rss_mb']:6.0f} MB  "
+            f"{m['wall_s'] / full:.3f} of full")
+    for name in ("append", "append-mix"):
+      c = checks[name]
+      s = c["summary"]
+      print(f"  {name}: {json.dumps(s['images'])}, shards {json.dumps(s['shards'])}; wrote "
+            f"{c['written_bytes'] / 1e6:.1f} MB of a {c['full_bytes'] / 1e6:.1f} MB version "
+            f"({c['written_bytes'] / max(c['full_bytes'], 1):.1%})"
+            + (f"; equal to the full run: {c['equal_to_full']}" if "equal_to_full" in c else ""))
+    print(f"  no-change published: {checks['no-change']['published']}")
+    print(f"  image bytes of the added images: {added_bytes / 1e6:.1f} MB")
+    if args.output_json:
+      with open(args.output_json, "w") as f:
+        json.dump(report, f, indent=2)
+    ok = (checks["append"]["equal_to_full"] and checks["append-mix"]["equal_to_full"] and
+          not checks["no-change"]["published"])
+    return 0 if ok else 1
+  finally:
+    if os.environ.get("KEEP_WORK"):
+      print(f"work: {work}")
+    else:
+      shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+  sys.exit(main())
