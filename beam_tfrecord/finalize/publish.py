@@ -208,12 +208,15 @@ def _publish_gcs(dest: str, run_directory: str, target: str, number: int,
   if (versions.parse_latest(latest.download_as_bytes()) if latest else None) != base:
     raise LostRace("LATEST was moved by another run meanwhile")
   kill_point("publish-version")
-  try:  # the claim: exactly one run creates a version's manifest
+  claimed = LostRace(f"version {versions.version_name(number)} was published by another run")
+  if FileSystems.exists(f"{target}/{MANIFEST}"):  # as the lock: the emulator has no preconditions
+    raise claimed
+  try:  # the claim: exactly one run creates a version's manifest (Cloud Storage applies it
+    # atomically)
     bucket.blob(f"{prefix}/{MANIFEST}").upload_from_string(
         manifest_bytes, content_type="application/json", if_generation_match=0)
   except gexc.PreconditionFailed:
-    raise LostRace(f"version {versions.version_name(number)} was published by another "
-                   "run") from None
+    raise claimed from None
   found = [m.path for m in FileSystems.match(
       [paths.glob_escape(run_directory.rstrip("/")) + "/**"])[0].metadata_list]
   src = [u for u in found if not u.endswith("/" + MANIFEST)]

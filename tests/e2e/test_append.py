@@ -249,3 +249,22 @@ def test_an_output_without_a_shard_plan_gets_a_full_version(tmp_path):
   done = _run(src, str(dest), "--append")
   assert "full version: " in done.stdout and "no shard_plan" in done.stdout, done.stdout
   assert _records(_latest(dest)) == _full(src, tmp_path)
+
+
+def test_each_tfds_version_loads_with_builder_from_directory(tmp_path):
+  tfds = pytest.importorskip("tensorflow_datasets")
+  src, out = tmp_path / "src", tmp_path / "tfds"
+  names = [f"{i:03d}.jpg" for i in range(24)]
+  _dataset(src, names)
+  tfds_args = ("--append", "--layout", "tfds", "--dataset-name", "mini")
+  _run(src, str(out), *tfds_args)
+  _dataset(src, names + ["t1.jpg", "t2.jpg"])
+  _run(src, str(out), *tfds_args)
+  dest = out / "mini" / "1.0.0"
+  for number, count in ((1, 24), (2, 26)):
+    directory = versions.version_dir(str(dest), number)
+    builder = tfds.builder_from_directory(directory)
+    loaded = sorted(ex["image/filename"].numpy().decode()
+                    for ex in builder.as_dataset(split="train"))
+    assert builder.info.splits["train"].num_examples == count == len(loaded)
+    assert loaded == sorted(names + ["t1.jpg", "t2.jpg"])[:count]
