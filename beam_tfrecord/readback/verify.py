@@ -169,6 +169,7 @@ def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lo
       count, found = _check_shard(uri, name, spec, shard.examples)
       total += count
       problems.extend(found)
+  problems.extend(check_indexes(output, manifest, present))
   if outputs.LABEL_MAP in listed and outputs.LABEL_MAP in present:
     try:
       from beam_tfrecord import \
@@ -180,6 +181,49 @@ def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lo
     except ValueError as e:
       problems.append(f"{outputs.LABEL_MAP}: {e}")
   return total, problems, notes
+
+
+def check_indexes(output: str, manifest, present) -> List[str]:
+  """Each shard index (--plan-from, --incremental, --append) against its shard: its entries
+  cover the file end to end, and each image's byte range holds as many whole framed records
+  as it lists, with the digest it lists (indexes since --append). The next run trusts none of
+  this (it checks every range it copies); verify says where an index went wrong."""
+  from beam_tfrecord.records.tfrecord import count_framed
+  from beam_tfrecord.write import shard_index
+  problems: List[str] = []
+  for split, plan in (manifest.shard_plan or {}).items():
+    names = plan.get("indexes") if isinstance(plan, dict) else None
+    shards = manifest.splits[split].shards if split in manifest.splits else ()
+    if not names or len(names) != len(shards):
+      continue
+    for shard, name in zip(shards, names):
+      if name not in present or shard.path not in present:
+        problems.append(f"{name}: the index of {shard.path} is missing")
+        continue
+      entries = shard_index.read(paths.child(output, name))
+      if entries is None:
+        problems.append(f"{name}: not an index this tool writes")
+        continue
+      end = 0
+      try:
+        with shard_index.open_earlier(paths.child(output, shard.path)) as f:
+          for e in entries:
+            if e.offset != end:
+              problems.append(f"{name}: {e.key} begins at byte {e.offset}, not {end}")
+              break
+            f.seek(e.offset)
+            data = f.read(e.length)
+            if count_framed(data) != e.records or (
+                e.sha and shard_index.record_digest(e.key, e.uri, data) != e.sha):
+              problems.append(f"{name}: the records of {e.key} are not what it lists")
+              break
+            end += e.length
+          else:
+            if end != shard.bytes:
+              problems.append(f"{name}: lists {end} bytes of {shard.path}'s {shard.bytes}")
+      except OSError as e:
+        problems.append(f"{name}: {shard.path} cannot be read ({e})")
+  return problems
 
 
 def run(output: str, repair: bool = False, break_lock: bool = False) -> int:

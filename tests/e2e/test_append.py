@@ -268,3 +268,22 @@ def test_each_tfds_version_loads_with_builder_from_directory(tmp_path):
                     for ex in builder.as_dataset(split="train"))
     assert builder.info.splits["train"].num_examples == count == len(loaded)
     assert loaded == sorted(names + ["t1.jpg", "t2.jpg"])[:count]
+
+
+def test_verify_checks_indexes_against_their_shards(tmp_path):
+  src, dest = tmp_path / "src", tmp_path / "dest"
+  _dataset(src, [f"{i:03d}.jpg" for i in range(12)])
+  _run(src, str(dest), "--append")
+  verify = [sys.executable, "-m", "beam_tfrecord.cli", "verify", str(dest)]
+  ok = subprocess.run(verify, capture_output=True, text=True, timeout=300)
+  assert ok.returncode == 0 and "-> versions/00000001" in ok.stdout, ok.stdout + ok.stderr
+  index = sorted(Path(_latest(dest)).glob("shard-index-*.jsonl"))[0]
+  lines = index.read_text().splitlines()
+  entry = json.loads(lines[0])
+  entry["sha"] = "0" * 32  # the digest of another image's records, say
+  os.chmod(index, 0o644)
+  index.write_text("\n".join([json.dumps(entry)] + lines[1:]) + "\n")
+  bad = subprocess.run(verify, capture_output=True, text=True, timeout=300)
+  assert bad.returncode == 1
+  assert f"{index.name}: the records of {entry['key']} are not what it lists" in \
+      bad.stdout + bad.stderr
