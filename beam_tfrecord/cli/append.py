@@ -35,9 +35,11 @@ def compaction_reason(manifest) -> str:
       continue
     deltas = [s for s, delta in zip(info.shards, flags) if delta]
     records = sum(s.examples or 0 for s in deltas)
-    if len(deltas) > MAX_DELTA_SHARDS:
-      return (f"split {split!r} has {len(deltas)} delta shards (more than "
-              f"{MAX_DELTA_SHARDS})")
+    # a large split's delta shards are bounded by their scan (shard_plan.delta_groups), not
+    # only by their size: allow as many as it has base shards
+    limit = max(MAX_DELTA_SHARDS, len(info.shards) - len(deltas))
+    if len(deltas) > limit:
+      return f"split {split!r} has {len(deltas)} delta shards (more than {limit})"
     if info.examples and records > MAX_DELTA_SHARE * info.examples:
       return (f"delta shards hold {records / info.examples:.0%} of split {split!r} (more "
               f"than {MAX_DELTA_SHARE:.0%})")

@@ -27,6 +27,10 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
   ownership) is checked before the output directory is created; the lock is taken before
   anything in it changes; only a successful run replaces an earlier output.
   """
+  if config.append and any(a.split("=", 1)[0] in ("--template_location",
+                                                  "--no_wait_until_finish") for a in beam_args):
+    raise UsageError("--append publishes the new version when the job has ended, from this "
+                     "process: it cannot go with --template_location or --no_wait_until_finish")
   if config.append and not _building_only_args(beam_args):
     from beam_tfrecord.cli.append import run_append
     return run_append(config, beam_args, argv, break_lock)

@@ -273,11 +273,21 @@ class PreviousSplit:
     return self.segments or tuple((i, i + 1) for i in range(len(self.bounds) + 1))
 
 
-def delta_groups(ranges: int, added: int, target: int) -> List[Tuple[int, int]]:
+# A new delta shard's writer holds a 64-bit digest of every image the earlier shards of its
+# ranges list (to leave them out): at most this many (~70 bytes each in a Python set, so
+# ~140 MB), which bounds how many base ranges one delta shard covers.
+MAX_DELTA_SCAN_IMAGES = 2_000_000
+
+
+def delta_groups(ranges: int, added: int, target: int,
+                 scan_limit: int = MAX_DELTA_SCAN_IMAGES) -> List[Tuple[int, int]]:
   """--append: the base ranges [first, end) each new delta shard covers. Every range is
   covered (an image added anywhere has a shard to go to); as many groups as shards of
-  `target` images the estimated `added` images make, at least one. Pure."""
-  groups = max(1, min(ranges, math.ceil(max(added, 0) / max(target, 1))))
+  `target` images the estimated `added` images make, at least one, and enough that none
+  covers more than `scan_limit` earlier images (ranges of about `target` images). Pure."""
+  per_group = max(1, scan_limit // max(target, 1))
+  groups = max(1, math.ceil(max(added, 0) / max(target, 1)), math.ceil(ranges / per_group))
+  groups = min(ranges, groups)
   return [(g * ranges // groups, (g + 1) * ranges // groups) for g in range(groups)]
 
 

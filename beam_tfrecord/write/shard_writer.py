@@ -214,15 +214,23 @@ def _read_range(f, offset: int, length: int) -> bytes:
   return data
 
 
-def _identities(uris: Sequence[str]) -> Set[shard_index.Identity]:
-  """The images the earlier shards' indexes list (a new delta shard leaves them out). An index
-  that cannot be read lists none, as it does for the writer of its own shard: both decide
-  from the same bytes, so every image has exactly one shard."""
-  found: Set[shard_index.Identity] = set()
+def _identities(uris: Sequence[str]) -> Set[int]:
+  """64-bit digests of the images the earlier shards' indexes list (a new delta shard leaves
+  them out; at most shard_plan.MAX_DELTA_SCAN_IMAGES of them). An index that cannot be read
+  lists none, as it does for the writer of its own shard: both decide from the same bytes,
+  so every image has exactly one shard. (Two digests that collide would leave an added image
+  out: the run's counts then differ from the plan's and --append makes a full version.)"""
+  found: Set[int] = set()
   for uri in uris:
     for entry in shard_index.read(uri) or ():
-      found.add(entry.identity)
+      found.add(_identity_digest(entry.identity))
   return found
+
+
+def _identity_digest(identity: shard_index.Identity) -> int:
+  import hashlib
+  return int.from_bytes(hashlib.blake2b(
+      "\0".join(identity).encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
 
 
 def _kept_file_ok(uri: str, old: Sequence[shard_index.Entry]) -> bool:
@@ -286,7 +294,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
     wanted = lambda identity: identity in old_by_id  # noqa: E731
   elif task.exclude is not None:  # a new delta shard: images no earlier shard holds
     held = _identities(task.exclude)
-    wanted = lambda identity: identity not in held  # noqa: E731
+    wanted = lambda identity: _identity_digest(identity) not in held  # noqa: E731
   else:
     wanted = lambda identity: True  # noqa: E731
   selected = lambda: (a for a in map(packed.unpack, runs.select(  # noqa: E731

@@ -48,7 +48,21 @@ assert [t.task_id for t in flow.topological_sort()] == ["no_duplicate_job", "con
 for dag_id in sorted(expected):
   dag = bag.dags[dag_id]
   assert dag.max_active_runs == 1
+  assert dag.params["keep"] == 5 and dag.params["compact"] is False
+  assert "if_changed" not in dag.params and "incremental" not in dag.params
   print(f"  {dag_id}: {[t.task_id for t in dag.topological_sort()]}")
+# The direct DAG passes no direct_running_mode (the tool's default runner) unless asked.
+direct = bag.dags["beam_tfrecord_direct"]
+assert direct.params["direct_running_mode"] is None, direct.params["direct_running_mode"]
+assert direct.params["direct_num_workers"] is None, direct.params["direct_num_workers"]
+from jinja2.nativetypes import NativeEnvironment
+from airflow.providers.apache.beam.hooks.beam import beam_options_to_args
+params = {k: direct.params[k] for k in direct.params}
+args = beam_options_to_args(NativeEnvironment().from_string(
+    direct.get_task("convert").pipeline_options).render(params=params))
+assert "--append" in args and "--keep=5" in args, args
+assert not any(a.startswith("--direct_") or a.startswith("--compact") for a in args), args
+print("  beam_tfrecord_direct, default params: " + " ".join(args))
 PY
 
 echo "== airflow: the Dataflow DAG's command line builds a Dataflow job (--dry_run, offline)"
@@ -75,8 +89,11 @@ os.environ["NO_GCE_CHECK"] = "True"
 from apache_beam.internal.gcp import auth  # no credential look-up offline
 auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
 py_file, *args = json.load(open(sys.argv[1]))
-assert "--if-changed" in args and any(a.startswith("--input=") for a in args), args
-args.remove("--if-changed")  # its listing of the gs:// sources would need the network
+assert "--append" in args and "--keep=5" in args, args
+assert any(a.startswith("--input=") for a in args), args
+assert not any(a.startswith(("--if-changed", "--incremental", "--overwrite")) for a in args), args
+# --append publishes after the job: the CLI must wait for it
+assert not any(a.startswith("--no_wait_until_finish") for a in args), args
 print("  " + " ".join([os.path.basename(py_file)] + args))
 sys.argv = [py_file] + args
 try:
@@ -90,26 +107,42 @@ echo "== airflow: dags test beam_tfrecord_direct on a generated sample"
 CONF=$(cat <<JSON
 {"format": "coco",
  "input": ["train=$WORK/data/instances_train.json", "val=$WORK/data/instances_val.json"],
- "images": ["$WORK/data/images"], "output": "$WORK/out", "num_shards": 2,
- "direct_num_workers": 1, "direct_running_mode": "in_memory"}
+ "images": ["$WORK/data/images"], "output": "$WORK/out", "num_shards": 2}
 JSON
 )
-set +e
-timeout 1200 "$AIRFLOW" dags test beam_tfrecord_direct -c "$CONF" >"$WORK/dags-test.log" 2>&1
-status=$?
-set -e
-# `dags test` exits non-zero when the run failed; the verify task prints verify's verdict.
-if [ "$status" -ne 0 ] || ! grep -q "verify: 8 examples parsed with TensorFlow: OK" "$WORK/dags-test.log"; then
-  tail -n 80 "$WORK/dags-test.log"
-  echo "airflow dags test failed (status $status)"; exit 1
-fi
-grep -E "^verify: " "$WORK/dags-test.log" | sed 's/^/  dag task: /'
+dags_test() {  # $1: the log; the DAG's default direct_running_mode (none: the tool's default)
+  set +e
+  timeout 1200 "$AIRFLOW" dags test beam_tfrecord_direct -c "$CONF" >"$1" 2>&1
+  local status=$?
+  set -e
+  # `dags test` exits non-zero when the run failed; the verify task prints verify's verdict.
+  if [ "$status" -ne 0 ] || ! grep -q "verify: 8 examples parsed with TensorFlow: OK" "$1"; then
+    tail -n 80 "$1"
+    echo "airflow dags test failed (status $status)"; exit 1
+  fi
+  grep -E "^verify: " "$1" | sed 's/^/  dag task: /'
+}
+dags_test "$WORK/dags-test.log"
+# --append: OUTPUT/LATEST, a one-line file, names the first version; readers resolve it.
 "$BEAM_TFRECORD_PYTHON" -m beam_tfrecord.cli verify "$WORK/out"
 "$BEAM_TFRECORD_PYTHON" - <<PY
-import json
-m = json.load(open("$WORK/out/manifest.json"))
+import json, os
+latest = "$WORK/out/LATEST"
+assert os.path.isfile(latest) and not os.path.islink(latest), "LATEST is not a plain file"
+assert open(latest).read() == "versions/00000001\n", open(latest).read()
+m = json.load(open("$WORK/out/versions/00000001/manifest.json"))
 assert m["status"] == "ok" and m["totals"]["examples"] == 8, m["totals"]
-assert m["source_fingerprint"], "the DAG runs with --if-changed"
-print("  manifest ok:", m["totals"]["examples"], "examples,", sum(s["num_shards"] for s in m["splits"].values()), "shards")
+print("  LATEST -> versions/00000001:", m["totals"]["examples"], "examples,", sum(s["num_shards"] for s in m["splits"].values()), "shards")
 PY
+echo "== airflow: dags test again, sources unchanged: nothing published, LATEST verified"
+stamp="$(stat -c %Y.%i "$WORK/out/LATEST")"
+dags_test "$WORK/dags-test-2.log"
+# (the convert task's output is logged at INFO, below this CI's log level: check the result)
+if [ "$(cat "$WORK/out/LATEST")" != "versions/00000001" ] || [ -e "$WORK/out/versions/00000002" ] ||
+    [ "$(stat -c %Y.%i "$WORK/out/LATEST")" != "$stamp" ] ||
+    ! grep -q '"version": "[^"]*/versions/00000001"' "$WORK/dags-test-2.log"; then
+  ls -la "$WORK/out" "$WORK/out/versions"; tail -n 80 "$WORK/dags-test-2.log"
+  echo "the second run, sources unchanged, published a version or verified another"; exit 1
+fi
+echo "  unchanged: LATEST still versions/00000001 (not rewritten), and the task verified it"
 echo "airflow ci: OK in $(( $(date +%s) - start )) s"

@@ -47,10 +47,24 @@ def translate(argv: Sequence[str], actions: Dict[str, object] = None) -> List[st
   return result
 
 
+# convert --append checks the new version and publishes it (writes DEST/LATEST) in the
+# launching process once the job has finished. A Flex Template launch only builds and submits
+# the job, so the job would leave an unpublished run directory that the next run deletes.
+APPEND_REFUSED = (
+    "flex template: append=true cannot publish from a template launch: `convert --append` "
+    "writes LATEST after the job has finished, in the process that launched it, and a Flex "
+    "Template launcher exits once the job is created. Nothing was submitted. Run `beam-tfrecord "
+    "convert --append` with the DataflowRunner from a process that waits for the job (e.g. "
+    "deploy/airflow's beam_tfrecord_dataflow DAG)")
+
+
 def main(argv: Sequence[str] = None) -> int:
   from beam_tfrecord.cli import main as cli_main
   argv = list(sys.argv[1:] if argv is None else argv)
   args = translate(argv)
+  if "--append" in args:
+    print(APPEND_REFUSED, file=sys.stderr)
+    return 2
   if "--no_wait_until_finish" not in args:
     args.append("--no_wait_until_finish")
   return cli_main(["convert", *args])

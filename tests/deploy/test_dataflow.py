@@ -281,6 +281,7 @@ EXAMPLES = {  # a realistic value per template parameter
     "overwrite": "true",
     "if_changed": "true", "plan_from": "gs://demo-bucket/tfrecords/coco2017-v1",
     "incremental": "true",
+    "append": "true", "keep": "5", "compact": "true",
     "feature_names": "image_raw=image,depth=channels",
     "include_masks": "true",
     "max_side": "640",
@@ -329,7 +330,8 @@ def test_regexes_reject_bad_values():
   params = {p["name"]: p for p in json.load(open(os.path.join(DATAFLOW, "metadata.json")))
             ["parameters"]}
   bad = {"format": "labelme2", "layout": "nested", "dataset_name": "My-Name", "output": "/local/dir", "input": "train=/local/x.json",
-         "num_shards": "0", "shard_size_mb": "-5", "bbox_policy": "keep", "overwrite": "yes"}
+         "num_shards": "0", "shard_size_mb": "-5", "bbox_policy": "keep", "overwrite": "yes",
+         "append": "yes", "keep": "-1", "compact": "1"}
   for name, value in bad.items():
     assert not all(re.fullmatch(r, value) for r in params[name]["regexes"]), (name, value)
 
@@ -342,6 +344,45 @@ def test_flex_main_translates_lists_flags_and_passes_beam_options():
   assert out == ["--input=train=gs://b1x/a.json", "--input=val=gs://b1x/b.json",
                  "--num-shards=8", "--if-changed", "--temp_location=gs://b1x/tmp",
                  "--job_name=j"]
+
+
+def test_append_and_keep_parameters():
+  """append (true/false) and keep (an integer) reach convert as --append and --keep N, and
+  their help says what the output becomes."""
+  params = {p["name"]: p for p in json.load(open(os.path.join(DATAFLOW, "metadata.json")))
+            ["parameters"]}
+  append, keep = params["append"], params["keep"]
+  assert append["isOptional"] and keep["isOptional"]
+  for text in ("versions/", "LATEST", "no symlinks", "--append"):
+    assert text in append["helpText"], text
+  assert "--keep" in keep["helpText"] and "LATEST" in keep["helpText"]
+  assert [re.fullmatch(append["regexes"][0], v) is not None
+          for v in ("true", "false", "yes", "")] == [True, True, False, False]
+  assert [re.fullmatch(keep["regexes"][0], v) is not None
+          for v in ("0", "5", "12", "-1", "five", "")] == [True, True, True, False, False, False]
+  flex = _flex_main()
+  out = flex.translate(["--output=gs://b1x/out", "--append=true", "--keep=5"])
+  assert out == ["--output=gs://b1x/out", "--append", "--keep=5"]
+  assert flex.translate(["--append=false", "--keep=0"]) == ["--keep=0"]
+  args, unknown = cli.make_parser().parse_known_args(
+      ["convert", "--format=coco", "--input=gs://b1x/a.json", *out])
+  assert unknown == [] and args.append is True and args.keep == 5
+
+
+def test_flex_main_refuses_append_until_a_launch_can_publish(monkeypatch, capsys):
+  """convert --append writes LATEST in the launching process after the job; a template launch
+  does not wait, so append=true is refused before anything is submitted (append=false and the
+  other parameters go through)."""
+  flex = _flex_main()
+  calls = []
+  monkeypatch.setattr(cli, "main", lambda argv: calls.append(argv) or 0)
+  base = ["--format=coco", "--input=gs://b1x/a.json", "--output=gs://b1x/out"]
+  assert flex.main([*base, "--append=true", "--keep=5"]) == 2
+  assert calls == [] and "append=true cannot publish" in capsys.readouterr().err
+  assert flex.main([*base, "--append=false"]) == 0
+  assert calls == [["convert", *base, "--no_wait_until_finish"]]
+  assert "refused at launch" in {p["name"]: p for p in json.load(open(os.path.join(
+      DATAFLOW, "metadata.json")))["parameters"]}["append"]["helpText"]
 
 
 @pytest.mark.skipif(shutil.which("gcloud") is None, reason="gcloud not installed")

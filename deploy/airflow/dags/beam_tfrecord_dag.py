@@ -4,17 +4,20 @@ Two DAGs from one definition:
   beam_tfrecord_direct    BeamRunPythonPipelineOperator on the DirectRunner (one machine)
   beam_tfrecord_dataflow  the same on Dataflow, with DataflowConfiguration(job_name,
                           check_if_running, wait_until_finished)
-each followed by a task that checks the output's manifest.json and reads every shard back
-(`beam-tfrecord verify`).
+each followed by a task that checks the manifest.json of the version the output's LATEST
+names and reads every shard of that version back (`beam-tfrecord verify`).
 
 The pipeline runs in the project's interpreter, not Airflow's: BEAM_TFRECORD_PYTHON (default
 <repo>/.venv/bin/python next to this file's repository) with beam-tfrecord installed, and the
 entry point <repo>/pipelines/<format>_to_tfrecord.py (BEAM_TFRECORD_REPO overrides <repo>).
-Everything a run converts comes from DAG params (trigger with a conf to override them);
-`if_changed` (default true) skips a run whose sources are unchanged since the last successful
-one in the same output directory, and a skipped run still verifies the output it kept.
-`incremental` (default true) updates that output in place (--incremental --overwrite): only
-changed images are encoded again and untouched shards are kept as they are.
+Everything a run converts comes from DAG params (trigger with a conf to override them).
+Each run is one versioned conversion, `convert --append --output OUTPUT --keep KEEP`: OUTPUT
+gets versions/<V>/ (each an ordinary output) and LATEST (a one-line file naming the published
+version, written last, after the new version checked out). Only added, changed or removed
+images are converted again, unchanged shards are shared with the version before; when no
+source changed nothing is published and the run still verifies LATEST's version. `keep`
+(default 5) versions are kept; `compact` (default false) makes a full version with a fresh
+shard plan. Readers (reader.load, verify, inspect, show) given OUTPUT read LATEST's version.
 """
 from __future__ import annotations
 
@@ -52,11 +55,12 @@ COMMON_PARAMS = {
                         description="shards per split (--num-shards)"),
     "shard_size_mb": Param(None, type=["null", "number"], exclusiveMinimum=0,
                            description="target shard size (--shard-size-mb)"),
-    "if_changed": Param(True, type="boolean",
-                        description="skip when the sources are unchanged (--if-changed)"),
-    "incremental": Param(True, type="boolean",
-                         description="encode only what changed since the last run, keeping "
-                         "untouched shards (--incremental --overwrite)"),
+    "keep": Param(5, type="integer", minimum=0,
+                  description="versions to keep in output, always LATEST's; 0: every "
+                  "version (--keep)"),
+    "compact": Param(False, type="boolean",
+                     description="a full version with a fresh shard plan, delta shards merged "
+                     "(--compact)"),
     "extra_options": Param({}, type="object",
                            description="more convert or Beam options, {name: value}"),
 }
@@ -69,24 +73,28 @@ def _convert_options(runner_options: str) -> str:
   keep their hyphens here, and Beam's their underscores."""
   return ("{{ dict({'input': params.input, 'images': params.images or None, "
           "'output': params.output, 'num-shards': params.num_shards, "
-          "'shard-size-mb': params.shard_size_mb, 'if-changed': params.if_changed, "
-          "'incremental': params.incremental, 'overwrite': params.incremental or None, "
+          "'shard-size-mb': params.shard_size_mb, 'append': True, 'keep': params.keep, "
+          "'compact': params.compact or None, "
           + runner_options + "}, **params.extra_options) }}")
 
 
 @task
 def verify_output(output: str, python: str = PYTHON) -> dict:
-  """The run left a finished, successful output: manifest.json with status ok and examples,
-  and every shard parses with TensorFlow and matches the manifest's counts."""
+  """The output has a published version (LATEST, resolved once) that is finished and
+  successful: manifest.json with status ok and examples, and every shard parses with
+  TensorFlow and matches the manifest's counts."""
   check = (
       "import json, sys\n"
       "from beam_tfrecord.finalize import output\nfrom beam_tfrecord.readback import verify\n"
-      "m = output.read_manifest(sys.argv[1])\n"
+      "from beam_tfrecord.storage import versions\n"
+      "version = versions.resolve(sys.argv[1])\n"
+      "assert version != sys.argv[1], 'no LATEST in ' + sys.argv[1]\n"
+      "m = output.read_manifest(version)\n"
       "assert m.get('status', 'ok') == 'ok', m.get('status')\n"
       "assert m['totals']['examples'] > 0, m['totals']\n"
-      "print(json.dumps({'totals': m['totals'], 'created': m['created'],"
+      "print(json.dumps({'version': version, 'totals': m['totals'], 'created': m['created'],"
       " 'source_fingerprint': m.get('source_fingerprint')}))\n"
-      "sys.exit(verify.run(sys.argv[1]))\n")
+      "sys.exit(verify.run(version))\n")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
   done = subprocess.run([python, "-c", check, output], capture_output=True, text=True, env=env)
   print(done.stdout)
@@ -106,9 +114,11 @@ def _dag(dag_id: str, description: str, params: dict, **kw) -> DAG:
 
 with _dag("beam_tfrecord_direct", "beam-tfrecord on the DirectRunner",
           {**COMMON_PARAMS,
-           "direct_num_workers": Param(2, type="integer", minimum=1),
-           "direct_running_mode": Param("multi_threading",
-                                        enum=["in_memory", "multi_threading",
+           # Unset (null): nothing passed, the tool's default local runner (Beam's FnApiRunner
+           # in process, chosen by benchmarks/). multi_threading lost records under load.
+           "direct_num_workers": Param(None, type=["null", "integer"], minimum=1),
+           "direct_running_mode": Param(None, type=["null", "string"],
+                                        enum=[None, "in_memory", "multi_threading",
                                               "multi_processing"])}) as direct_dag:
   convert = BeamRunPythonPipelineOperator(
       task_id="convert",
@@ -153,10 +163,11 @@ if DataflowConfiguration is not None:
             "'staging_location': params.staging_location, "
             "'machine_type': params.machine_type, 'max_num_workers': params.max_num_workers, "
             "'sdk_container_image': params.sdk_container_image, "
-            f"'setup_file': '{REPO}/setup.py', "
-            # The CLI returns once the job is submitted; Airflow waits (wait_until_finished)
-            # and can cancel the job when the task is killed.
-            "'no_wait_until_finish': True"),
+            # No --no_wait_until_finish: with --append the CLI publishes the new version
+            # (writes LATEST) after the job has finished, so it waits for the job. It prints
+            # the job id as soon as the job is created; the operator reads it from the output
+            # as it comes, so killing the task still cancels the job.
+            f"'setup_file': '{REPO}/setup.py'"),
         dataflow_config=DataflowConfiguration(
             job_name="beam-tfrecord-{{ params.format }}",
             append_job_name=True,  # a unique suffix per run; the name above stays the prefix
