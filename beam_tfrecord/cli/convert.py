@@ -59,8 +59,11 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
   building_only = _building_only(options)
   if not building_only:
     registry.check(config)
-    outputs.check_ownership(config.output, config.overwrite,
-                            config_mod.input_paths(config))
+    # a swap a killed run left half done holds the new files beside the old: the locked
+    # check below runs after it is rolled forward (outputs.recover), as the README says
+    if not _swap_pending(config.output):
+      outputs.check_ownership(config.output, config.overwrite,
+                              config_mod.input_paths(config))
   run_id = uuid.uuid4().hex
   with private_tempdir(), terminate_as_exit():
     try:
@@ -120,6 +123,14 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
           print(skipped)
           return EXIT_OK
     return outcome.summarize(config, run_id, time.monotonic() - start, created)
+
+
+def _swap_pending(output: str) -> bool:
+  from beam_tfrecord.finalize import output as outputs
+  try:
+    return outputs.pending_swap(output) is not None
+  except Exception:  # an unreadable journal: the locked path says what is wrong with it
+    return True
 
 
 def _building_only_args(beam_args: Sequence[str]) -> bool:

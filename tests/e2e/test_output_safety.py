@@ -489,3 +489,22 @@ def test_a_kill_leaves_the_old_output_or_the_new_one_never_a_mix(data, clean_b, 
   assert [n for n in os.listdir(good_copy) if n.startswith(outputs.OWN_PREFIX)] == []
   assert not [p for p in leftovers if os.path.exists(p)], "the dead run's temp dir is left"
   assert cli.main(["verify", good_copy]) == 0
+
+
+@pytest.mark.parametrize("point", ["swap-old-manifest", "swap-old-files", "swap-move"])
+def test_the_next_convert_completes_a_killed_swap(data, clean_b, good_copy, capsys, point):
+  """Killed while replacing (no manifest in the output, the new files half moved in): the
+  next convert rolls the swap forward under the lock, then runs, instead of calling the
+  tool's own files foreign (issue 30, item 3)."""
+  proc = subprocess.run([sys.executable, "-m", "beam_tfrecord.cli",
+                         *args(data["b"], good_copy, "--overwrite")],
+                        env=subprocess_env(BEAM_TFRECORD_KILL_AT=point),
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == -9, proc.stderr[-2000:]
+  capsys.readouterr()
+  code, err = run(args(data["b"], good_copy, "--overwrite"), capsys)
+  assert code == 0, err
+  assert "completed the interrupted replacement" in err
+  now = published(good_copy)
+  now.pop("README.md"), now.pop("manifest.json")
+  assert now == {k: v for k, v in clean_b.items() if k not in ("manifest.json", "README.md")}
