@@ -267,6 +267,7 @@ def commit(output: str, run_directory: str, manifest: Union[Manifest, Dict],
   journal = {"run_id": Manifest.of(manifest).run_id, "run_dir": _basename(run_directory),
              "files": files_of(manifest), "old_files": old}
   check_journal(journal)
+  check_swap_entries(output, run_directory, journal)  # before the journal: nothing to undo
   write_atomic(output, JOURNAL, json.dumps(journal, indent=1).encode())
   kill_point("swap-journal")
   _roll_forward(output, journal)
@@ -290,12 +291,41 @@ def check_journal(journal: object) -> None:
                      "was deleted or moved") from None
 
 
+def check_swap_entries(output: str, run_directory: str, journal: Dict) -> None:
+  """Before a swap moves or deletes anything (locally): the run directory is a real directory
+  of the output, not a link to another one, and every name the journal lists is, where it
+  exists, a regular file reached without a link, in the output (old files) or the run
+  directory (new files). UsageError (exit 2) otherwise, with nothing changed: a journal or a
+  manifest is read back from the output, where anyone can edit it (issue 30, items 1 and 7)."""
+  if paths.is_remote(output):
+    return
+  import stat as stat_
+
+  def kind(path: str) -> Optional[int]:
+    try:
+      return stat_.S_IFMT(os.lstat(path).st_mode)
+    except FileNotFoundError:
+      return None
+
+  if kind(run_directory) not in (None, stat_.S_IFDIR):
+    raise UsageError(f"the swap journal's run directory {run_directory} is a link or not a "
+                     "directory; nothing was moved or deleted")
+  checks = [(run_directory, n) for n in journal["files"]] + [
+      (output, n) for n in journal["old_files"]] + [(output, n) for n in journal["files"]]
+  for directory, name in checks:
+    found = kind(paths.child(directory, name))
+    if found not in (None, stat_.S_IFREG):
+      raise UsageError(f"{paths.child(directory, name)} is a link, a directory or another "
+                       "special file, not a file this tool wrote; nothing was moved or deleted")
+
+
 def _roll_forward(output: str, journal: Dict) -> None:
   """Idempotent: each step checks what is already done, so a repeat after a kill finishes.
   Every name is checked before the first step (check_journal) and again where it is used."""
   from apache_beam.io.filesystems import FileSystems
   check_journal(journal)
   run_directory = paths.child(output, journal["run_dir"])
+  check_swap_entries(output, run_directory, journal)
   new_files = [f for f in journal["files"] if f != MANIFEST]
   if FileSystems.exists(paths.child(run_directory, MANIFEST)):
     _delete_files(output, [MANIFEST])

@@ -162,3 +162,35 @@ def test_summary_counts_errors_without_warnings():
   old = _manifest(3, {}, {"bad_box": 3})
   old["errors"].pop("by_level")  # manifests written before the levels were recorded
   assert "errors 3" in outputs.summary(old, "out")
+
+
+def test_a_swap_refuses_links_before_it_moves_anything(tmp_path):
+  """Issue 30, items 1 and 7: a journal whose run directory is a link to another folder, and
+  a manifest entry that is a link to a directory, are refused before anything moves."""
+  out, other = tmp_path / "out", tmp_path / "other"
+  out.mkdir()
+  other.mkdir()
+  (other / "precious.txt").write_text("keep me")
+  (out / "train-00000-of-00001.tfrecord").write_bytes(b"old")
+  (out / "manifest.json").write_text("{}")
+  run = out / ".beam-tfrecord-run-evil"
+  run.symlink_to(other)
+  journal = {"run_id": "x", "run_dir": run.name, "files": ["precious.txt", "manifest.json"],
+             "old_files": ["train-00000-of-00001.tfrecord"]}
+  (out / outputs.JOURNAL).write_text(json.dumps(journal))
+  with pytest.raises(UsageError, match="link"):
+    outputs.recover(str(out))
+  assert (other / "precious.txt").read_text() == "keep me"
+  assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"old"
+  # a listed old file that is a link to a directory: refused before the journal is written
+  (out / outputs.JOURNAL).unlink()
+  run.unlink()
+  run.mkdir()
+  (run / "manifest.json").write_text("{}")
+  (out / "train-00000-of-00001.tfrecord").unlink()
+  (out / "train-00000-of-00001.tfrecord").symlink_to(other)
+  before = sorted(os.listdir(out))
+  with pytest.raises(UsageError, match="link"):
+    outputs.check_swap_entries(str(out), str(run), {
+        "files": ["manifest.json"], "old_files": ["train-00000-of-00001.tfrecord"]})
+  assert sorted(os.listdir(out)) == before and (other / "precious.txt").exists()
