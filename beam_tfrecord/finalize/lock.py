@@ -75,7 +75,46 @@ def verdict(holder: Optional[Dict], age: Optional[float], host: str,
     return "abandoned" if age is not None and age > ABANDONED_AFTER_SECONDS else "fresh"
   if holder["host"] != host:
     return "remote"
-  return "live" if alive(int(holder["pid"])) else "dead"
+  if not alive(int(holder["pid"])):
+    return "dead"
+  return "dead" if not same_process(holder) else "live"
+
+
+def boot_id() -> str:
+  try:
+    with open("/proc/sys/kernel/random/boot_id") as f:
+      return f.read().strip()
+  except OSError:  # not Linux
+    return ""
+
+
+def process_started(pid: int) -> Optional[float]:
+  """When process `pid` started (seconds since the epoch), from /proc; None elsewhere."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      fields = f.read().rsplit(")", 1)[1].split()
+    with open("/proc/stat") as f:
+      btime = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+    return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+  except (OSError, IndexError, ValueError, StopIteration):
+    return None
+
+
+def same_process(holder: Dict) -> bool:
+  """False when the lock's PID now belongs to another process: the machine rebooted since
+  (another boot id), or that process started after the lock was written (a PID reused, the
+  usual case after a reboot). True when it cannot be told (the PID is then taken as the
+  run's)."""
+  recorded = holder.get("boot_id")
+  if recorded and boot_id() and recorded != boot_id():
+    return False
+  started = process_started(int(holder["pid"]))
+  try:
+    locked = datetime.datetime.fromisoformat(str(holder.get("started"))).timestamp()
+  except ValueError:
+    return True
+  # the lock is written after its process started; seconds are its resolution
+  return started is None or started <= locked + 2
 
 
 def stale(holder: Dict) -> bool:
@@ -208,7 +247,8 @@ class OutputLock:
     if self.held:
       return
     me = {"host": socket.gethostname(), "pid": os.getpid(), "run_id": self.run_id,
-          "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+          "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+          "boot_id": boot_id()}
     data = json.dumps(me).encode()
     for _ in range(3):  # the lock may vanish or change between our looks: look again
       if _create_exclusive(self.uri, data):
@@ -251,7 +291,8 @@ class OutputLock:
   @staticmethod
   def _takeover(state: str, holder: Dict, age: Optional[float]) -> str:
     if state == "dead":
-      return f"took over the lock of {holder_text(holder)}: that process is gone"
+      return (f"took over the lock of {holder_text(holder)}: that process is gone (or its "
+              "PID now belongs to another process)")
     if state == "abandoned":
       return (f"took over an empty or unreadable lock {LOCK} left {age:.0f} s ago by a run "
               "that died while writing it")

@@ -42,8 +42,9 @@ def killed_pid() -> int:
 def write_lock(out: Path, pid: int, run_id: str = "deadrun", host: str = HOST) -> Path:
   """A lock file as OutputLock.acquire writes it."""
   path = out / outputs.LOCK
-  path.write_text(json.dumps({"host": host, "pid": pid, "run_id": run_id,
-                              "started": "2026-01-01T00:00:00+00:00"}))
+  import datetime
+  now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+  path.write_text(json.dumps({"host": host, "pid": pid, "run_id": run_id, "started": now}))
   return path
 
 
@@ -183,3 +184,28 @@ def test_verify_repair_holds_the_lock_and_leaves_no_stale_one(tmp_path, monkeypa
   assert outputs.pending_swap(str(out)) is None
   capsys.readouterr()
   assert cli.main(convert) == 0 and capsys.readouterr().err == ""  # nothing stale left
+
+
+def test_a_lock_whose_pid_now_belongs_to_another_process_is_stale(tmp_path):
+  """Issue 30, item 6: after a reboot the lock's PID is often some other live process. A
+  process that started after the lock was written, or a lock from another boot, is not the
+  run that wrote it: the lock is taken over, with one line."""
+  import datetime
+  import socket
+  from beam_tfrecord.finalize import lock as locks_
+  other = os.getppid()  # alive, and started long before the lock below
+  long_ago = (datetime.datetime.now(datetime.timezone.utc)
+              - datetime.timedelta(days=3650)).isoformat(timespec="seconds")
+  reused = {"host": socket.gethostname(), "pid": os.getpid(), "run_id": "old",
+            "started": long_ago}
+  assert locks_.verdict(reused, 5.0, socket.gethostname()) == "dead"
+  fresh = dict(reused, started=datetime.datetime.now(datetime.timezone.utc).isoformat(
+      timespec="seconds"), pid=other)
+  assert locks_.verdict(fresh, 5.0, socket.gethostname()) == "live"
+  rebooted = dict(fresh, boot_id="not-this-boot")
+  assert locks_.verdict(rebooted, 5.0, socket.gethostname()) == "dead"
+  (tmp_path / locks_.LOCK).write_text(json.dumps(reused))
+  lock = locks_.OutputLock(str(tmp_path), "new")
+  lock.acquire()
+  assert json.loads((tmp_path / locks_.LOCK).read_text())["run_id"] == "new"
+  lock.release()
