@@ -125,8 +125,8 @@ _ENTRIES = [
      "a box); the image is kept without it"),
     ("no_label", "image", "the Labelbox data row has no label in the export (not labeled "
      "yet?)"),
-    ("not_a_file", "image", "the image path is a directory, device, FIFO or socket; it is not "
-     "read"),
+    ("not_a_file", "image", "the image path, or an annotation file, is a directory, device, "
+     "FIFO or socket; it is not read (never waited on)"),
     ("not_an_image", "warning", "a file in a class folder without an image extension was "
      "skipped"),
     ("not_in_class_folder", "warning", "a file beside the class folders, in none of them, "

@@ -22,16 +22,32 @@ def open_read(uri: str) -> BinaryIO:
   """A file opened for reading in binary: local files directly, others through Beam's
   FileSystems (so that reading a local output never imports Beam)."""
   if not is_remote(uri):
-    return open(uri, "rb")
+    return open_local(uri)
   from apache_beam.io.filesystems import FileSystems
   return FileSystems.open(uri, compression_type="uncompressed")
+
+
+def open_local(path: str) -> BinaryIO:
+  """A local file opened for reading as images are: without blocking (a FIFO among annotation
+  files hung a run forever, and under cron every later run then reported "already running"),
+  and only a regular file: InputError 'not_a_file' otherwise (issue 30, item 4)."""
+  import stat
+  fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+  try:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+      raise InputError("read", "not_a_file", f"{path} is not a regular file (a directory, "
+                       "device, FIFO or socket); it is not read")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+  except BaseException:
+    os.close(fd)
+    raise
 
 
 def read_text(uri: str, limit: Optional[int] = None) -> bytes:
   """A whole (annotation) file's bytes; with `limit`, at most that many: a larger file is
   an InputError ('too_large') after reading limit + 1 bytes, never the whole of it."""
-  from apache_beam.io.filesystems import FileSystems
-  with FileSystems.open(uri, compression_type="uncompressed") as f:
+  with open_read(uri) as f:
     data = f.read() if limit is None else f.read(limit + 1)
   if limit is not None and len(data) > limit:
     raise InputError("parse", "too_large", f"{uri} has more than {limit} bytes, the most "

@@ -61,6 +61,9 @@ class _ReadLabels(beam.DoFn):
     if label is not None:
       try:
         text = read_label_text(label)
+      except InputError as e:  # a FIFO or a directory in its place (not_a_file), too large
+        yield beam.pvalue.TaggedOutput("errors", e.record(label, key))
+        return
       except Exception as e:  # unreadable or not text: the image's objects are unknown
         yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
             source=label, stage="parse", reason="unreadable_label", key=key, level="file",
