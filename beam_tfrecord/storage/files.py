@@ -280,12 +280,16 @@ def _read_local(uri: str, limit: int, follow: bool, root: Optional[str]) -> byte
   O_NOFOLLOW and the fstat cost nothing more; a final symlink without `follow` takes the slow
   path (_open_link). Directories in the name are followed as they are now."""
   try:
-    try:
-      fd = os.open(uri, _OPEN_FLAGS | (0 if follow else _NOFOLLOW))
-    except OSError as e:
-      if follow or root is None or e.errno not in _SYMLINK_ERRNOS:
-        raise
-      fd = _open_link(uri, root)
+    rel = None if follow or root is None else _below(uri, root)
+    if rel is not None and (os.sep in rel or "/" in rel):
+      fd = _open_beneath(uri, root, rel)
+    else:
+      try:
+        fd = os.open(uri, _OPEN_FLAGS | (0 if follow else _NOFOLLOW))
+      except OSError as e:
+        if follow or root is None or e.errno not in _SYMLINK_ERRNOS:
+          raise
+        fd = _open_link(uri, root)
     try:
       info = os.fstat(fd)
       if not stat.S_ISREG(info.st_mode):
@@ -308,6 +312,57 @@ def _read_local(uri: str, limit: int, follow: bool, root: Optional[str]) -> byte
       os.close(fd)
   except OSError as e:
     raise InputError("read", "unreadable", f"{uri}: {e.strerror or e}") from None
+
+
+def _below(uri: str, root: str) -> Optional[str]:
+  """`uri`'s name relative to `root` when it lies below it, else None."""
+  prefix = root.rstrip(os.sep) + os.sep
+  return uri[len(prefix):] if uri.startswith(prefix) else None
+
+
+def _walk_open(base: int, parts: List[str]) -> int:
+  """The file `parts` names below the open directory `base`, opened one component at a
+  time, none through a link (O_NOFOLLOW each; OSError ELOOP/ENOTDIR at a link)."""
+  fd = base
+  try:
+    for part in parts[:-1]:
+      nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=fd)
+      if fd != base:
+        os.close(fd)
+      fd = nxt
+    return os.open(parts[-1], _OPEN_FLAGS | _NOFOLLOW, dir_fd=fd)
+  finally:
+    if fd != base:
+      os.close(fd)
+
+
+def _open_beneath(uri: str, root: str, rel: str) -> int:
+  """An image in a sub-folder of its root, opened without following a link anywhere below
+  the root (issue 30, item 2: a folder swapped for a link to another one after planning was
+  followed). A link below the root that stays inside it is still read (as planning allowed):
+  its real path is then walked from the real root, again without following any link, so a
+  link swapped in meanwhile fails rather than being followed. Cost: one open per folder
+  level (docs/performance.md)."""
+  parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
+  base = os.open(root, os.O_RDONLY | os.O_DIRECTORY)  # the root as given (it may be a link)
+  try:
+    try:
+      return _walk_open(base, parts)
+    except OSError as e:
+      if e.errno not in _SYMLINK_ERRNOS + (errno.ENOTDIR,):
+        raise
+  finally:
+    os.close(base)
+  real, real_root = os.path.realpath(uri), paths.real_root(root)
+  if not paths.inside(real, real_root):
+    raise InputError("read", "symlink_escape",
+                     f"{uri} leads through a link to {real}, outside the image root "
+                     f"{real_root}; pass --follow-symlinks to accept symlinked folders")
+  base = os.open(real_root, os.O_RDONLY | os.O_DIRECTORY)
+  try:
+    return _walk_open(base, os.path.relpath(real, real_root).split(os.sep))
+  finally:
+    os.close(base)
 
 
 def _open_link(uri: str, root: str) -> int:
