@@ -78,6 +78,9 @@ _ENTRIES = [
      "split; one annotation is used (the message names it)"),
     ("duplicate_image_id", "warning", "a COCO image id appears more than once in `images`; "
      "the first entry is used"),
+    ("earlier_shard_damaged", "warning", "records of an earlier version's shard (--append, "
+     "--incremental) were not what its index says (framing, CRC or digest); those images "
+     "were encoded again"),
     ("empty_file", "image", "the image file is empty"),
     ("excluded_by_image_sets", "warning", "a VOC image is only in ImageSets/Main lists that "
      "were not chosen; it is not converted"),
