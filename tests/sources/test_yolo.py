@@ -322,7 +322,7 @@ def test_files_over_their_budget_are_refused(small_dataset, tmp_path, monkeypatc
   run = convert(["--input", str(yaml_path), "--output", str(tmp_path / "out"), RUNNER])
   assert run.code == 0
   [error] = run.errors
-  assert error["reason"] == "unreadable_label"
+  assert (error["reason"], error["level"]) == ("too_large", "file")
   assert f"more than {limit} bytes" in error["message"]
   assert error["key"] == f"images/{boxed.split}/{boxed.file_name}"
   assert len(run.by_filename()) == len(ds.images) - 1

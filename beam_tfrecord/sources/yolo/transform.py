@@ -62,7 +62,7 @@ class _ReadLabels(beam.DoFn):
       try:
         text = read_label_text(label)
       except InputError as e:  # a FIFO or a directory in its place (not_a_file), too large
-        yield beam.pvalue.TaggedOutput("errors", e.record(label, key))
+        yield beam.pvalue.TaggedOutput("errors", e.record(label, key, level="file"))
         return
       except Exception as e:  # unreadable or not text: the image's objects are unknown
         yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
