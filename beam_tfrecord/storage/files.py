@@ -27,12 +27,14 @@ def open_read(uri: str) -> BinaryIO:
   return FileSystems.open(uri, compression_type="uncompressed")
 
 
-def open_local(path: str) -> BinaryIO:
+def open_local(path: str, follow: bool = True) -> BinaryIO:
   """A local file opened for reading as images are: without blocking (a FIFO among annotation
   files hung a run forever, and under cron every later run then reported "already running"),
-  and only a regular file: InputError 'not_a_file' otherwise (issue 30, item 4)."""
-  import stat
-  fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+  and only a regular file: InputError 'not_a_file' otherwise (issue 30, item 4). Without
+  `follow`, a link in the last component is not followed (OSError ELOOP): how files read
+  back from an earlier output (LATEST, shards, indexes) are opened."""
+  fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) |
+               (0 if follow else _NOFOLLOW))
   try:
     if not stat.S_ISREG(os.fstat(fd).st_mode):
       raise InputError("read", "not_a_file", f"{path} is not a regular file (a directory, "

@@ -22,7 +22,8 @@ import re
 import stat
 from typing import List, Optional, Tuple
 
-from beam_tfrecord.storage import paths
+from beam_tfrecord.records.model import InputError
+from beam_tfrecord.storage import files, paths
 
 LATEST = "LATEST"
 VERSIONS = "versions"
@@ -100,21 +101,18 @@ def read_latest(dest: str) -> Optional[int]:
       raise DamagedVersions(f"{dest}: LATEST names {label(number)}, which has no manifest.json")
     return number
   try:
-    fd = os.open(uri, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with files.open_local(uri, follow=False) as f:
+      data = f.read(MAX_LATEST_BYTES + 1)
   except (FileNotFoundError, NotADirectoryError):  # no LATEST, or DEST is not a directory
     if _lstat_kind(paths.join(dest, VERSIONS)) not in (None, stat.S_IFDIR):
       # nothing published yet, but versions/ is a link (or a file): never list or write there
       _check_real_dir(paths.join(dest, VERSIONS), "the versions folder")
     return None
+  except InputError:  # a FIFO, a directory: never waited on
+    raise DamagedVersions(f"LATEST in {dest} is not a regular file") from None
   except OSError as e:  # ELOOP: a symlink
     raise DamagedVersions(f"LATEST in {dest} cannot be opened as a plain file "
                           f"({e.strerror})") from None
-  try:
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-      raise DamagedVersions(f"LATEST in {dest} is not a regular file")
-    data = os.read(fd, MAX_LATEST_BYTES + 1)
-  finally:
-    os.close(fd)
   number = _parsed(dest, data)
   _check_real_dir(paths.join(dest, VERSIONS), "the versions folder")
   _check_real_dir(version_dir(dest, number), "the version LATEST names,")

@@ -16,8 +16,8 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from beam_tfrecord.records import plain
-from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
-from beam_tfrecord.storage import paths
+from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation, InputError
+from beam_tfrecord.storage import files, paths
 
 TEMPLATE = "shard-index-{split}-{shard:05d}-of-{num_shards:05d}.jsonl"
 PREFIX = "shard-index-"  # not a prefix of any shard name: `glob("train-*")` never finds one
@@ -148,23 +148,18 @@ def read(uri: str) -> Optional[List[Entry]]:
 
 
 def open_earlier(uri: str):
-  """A file of an earlier output (a shard, an index) opened for reading. Locally: without
-  following a link in its last component, without blocking (a FIFO put in its place), and
-  only a regular file (OSError otherwise); the directories above it are the output's own,
-  checked by whoever named it (storage/versions.read_latest)."""
+  """A file of an earlier output (a shard, an index) opened for reading. Locally as
+  storage/files.open_local opens it without `follow`: no link in its last component, no
+  blocking on a FIFO put in its place, only a regular file (OSError otherwise); the
+  directories above it are the output's own, checked by whoever named it
+  (storage/versions.read_latest)."""
   if paths.is_remote(uri):
     from apache_beam.io.filesystems import FileSystems
     return FileSystems.open(uri, compression_type="uncompressed")
-  import stat as stat_
-  fd = os.open(uri, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
   try:
-    if not stat_.S_ISREG(os.fstat(fd).st_mode):
-      raise OSError(f"{uri} is not a regular file")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
-  except BaseException:
-    os.close(fd)
-    raise
+    return files.open_local(uri, follow=False)
+  except InputError as e:  # not a regular file: to the callers, a file that cannot be read
+    raise OSError(str(e)) from None
 
 
 _TO_PLAIN, _ = plain.record_converters(ImageAnnotation)
