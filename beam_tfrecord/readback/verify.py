@@ -188,7 +188,6 @@ def check_indexes(output: str, manifest, present) -> List[str]:
   cover the file end to end, and each image's byte range holds as many whole framed records
   as it lists, with the digest it lists (indexes since --append). The next run trusts none of
   this (it checks every range it copies); verify says where an index went wrong."""
-  from beam_tfrecord.records.tfrecord import count_framed
   from beam_tfrecord.write import shard_index
   problems: List[str] = []
   for split, plan in (manifest.shard_plan or {}).items():
@@ -211,10 +210,7 @@ def check_indexes(output: str, manifest, present) -> List[str]:
             if e.offset != end:
               problems.append(f"{name}: {e.key} begins at byte {e.offset}, not {end}")
               break
-            f.seek(e.offset)
-            data = f.read(e.length)
-            if count_framed(data) != e.records or (
-                e.sha and shard_index.record_digest(e.key, e.uri, data) != e.sha):
+            if shard_index.checked_range(f, e) is None:
               problems.append(f"{name}: the records of {e.key} are not what it lists")
               break
             end += e.length

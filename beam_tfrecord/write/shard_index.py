@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from beam_tfrecord.records import plain
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation, InputError
+from beam_tfrecord.records.tfrecord import count_framed
 from beam_tfrecord.storage import files, paths
 
 TEMPLATE = "shard-index-{split}-{shard:05d}-of-{num_shards:05d}.jsonl"
@@ -93,6 +94,25 @@ def record_digest(key: str, uri: str, *framed: bytes) -> str:
   for part in framed:
     h.update(part)
   return h.hexdigest()
+
+
+def checked_range(f, entry: Entry) -> Optional[bytes]:
+  """The framed records `entry` lists, read from its shard (an open file), or None when they
+  are not what it says: the range is short, or is not exactly `records` whole framed records
+  with good CRCs, or (indexes since --append) its digest keyed by the image differs. What the
+  writer checks before it copies a record forward, and what `verify` checks of every index."""
+  try:
+    f.seek(entry.offset)
+    data = f.read(entry.length)
+  except (OSError, ValueError):
+    return None
+  if len(data) != entry.length:
+    return None
+  if entry.sha and record_digest(entry.key, entry.uri, data) != entry.sha:
+    return None
+  if count_framed(data) != entry.records:
+    return None
+  return data
 
 
 def _checked(fields: object) -> Entry:

@@ -12,11 +12,13 @@ encoder only (0.4 s), where `import apache_beam` alone took 3.8 s on this machin
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import dataclasses
+import functools
+import hashlib
 import os
 import pickle
 import queue
+import stat
 import subprocess
 import sys
 import threading
@@ -27,7 +29,7 @@ from beam_tfrecord.storage import progress
 from beam_tfrecord.plan import naming, runs
 from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import ErrorRecord
-from beam_tfrecord.records.tfrecord import count_framed, framing
+from beam_tfrecord.records.tfrecord import framing
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.layout import kill_point
 from beam_tfrecord.storage.prefetch import prefetch
@@ -206,14 +208,6 @@ def _add_entry(stats: Dict, entry: shard_index.Entry) -> None:
     stats["classes"][label] = stats["classes"].get(label, 0) + 1
 
 
-def _read_range(f, offset: int, length: int) -> bytes:
-  f.seek(offset)
-  data = f.read(length)
-  if len(data) != length:
-    raise OSError(f"the earlier shard ends at {offset + len(data)}, not {offset + length}")
-  return data
-
-
 def _identities(uris: Sequence[str]) -> Set[int]:
   """64-bit digests of the images the earlier shards' indexes list (a new delta shard leaves
   them out; at most shard_plan.MAX_DELTA_SCAN_IMAGES of them). An index that cannot be read
@@ -228,7 +222,6 @@ def _identities(uris: Sequence[str]) -> Set[int]:
 
 
 def _identity_digest(identity: shard_index.Identity) -> int:
-  import hashlib
   return int.from_bytes(hashlib.blake2b(
       "\0".join(identity).encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
 
@@ -241,29 +234,13 @@ def _kept_file_ok(uri: str, old: Sequence[shard_index.Entry]) -> bool:
     if paths.is_remote(uri):
       size = _size(uri)
     else:
-      import stat as stat_
       st = os.lstat(uri)
-      if not stat_.S_ISREG(st.st_mode):
+      if not stat.S_ISREG(st.st_mode):
         return False
       size = st.st_size
   except OSError:
     return False
   return size == max((e.offset + e.length for e in old), default=0)
-
-
-def _checked_copy(f, entry: shard_index.Entry) -> Optional[bytes]:
-  """An unchanged image's framed records from the earlier shard, or None when they are not
-  what its index says: framing and CRCs, the record count and (indexes since --append) the
-  digest keyed by the image."""
-  try:
-    data = _read_range(f, entry.offset, entry.length)
-  except (OSError, ValueError):
-    return None
-  if entry.sha and shard_index.record_digest(entry.key, entry.uri, data) != entry.sha:
-    return None
-  if count_framed(data) != entry.records:
-    return None
-  return data
 
 
 def write_indexed_shard(task: ShardTask) -> ShardResult:
@@ -366,7 +343,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
             except OSError:
               earlier = False
           if earlier:
-            data = _checked_copy(earlier, old_by_id[(key, uri)])
+            data = shard_index.checked_range(earlier, old_by_id[(key, uri)])
           if data is None:  # not what its index says: encoded again
             damaged += 1
             fetched = functools.partial(fetch_image, ann, task.options)

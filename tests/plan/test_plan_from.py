@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import bisect
-import io
 import json
 import os
 
@@ -20,7 +19,6 @@ from beam_tfrecord.plan.shard_plan import (PreviousSplit, bound_of, counts_below
 from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.write import shard_index
-from beam_tfrecord.write.shard_writer import _checked_copy
 from beam_tfrecord.records.tfrecord import count_framed, framing
 
 
@@ -208,14 +206,14 @@ def test_a_copied_range_is_checked_against_its_index(tmp_path):
 
   with open(earlier, "rb") as f:
     good = entry("a", a_off, len(framed[0]), data=framed[0])
-    assert _checked_copy(f, good) == framed[0]
+    assert shard_index.checked_range(f, good) == framed[0]
     # b's entry pointing at a's record (digest keyed by b): not copied
     moved = dataclasses.replace(entry("b", b_off, len(framed[1]), data=framed[1]),
                                 offset=a_off, length=len(framed[0]))
-    assert _checked_copy(f, moved) is None
+    assert shard_index.checked_range(f, moved) is None
     # an offset moved by 7 bytes, no digest (an index from before --append): framing fails
-    assert _checked_copy(f, entry("a", 7, len(framed[0]), with_sha=False)) is None
+    assert shard_index.checked_range(f, entry("a", 7, len(framed[0]), with_sha=False)) is None
     # past the end; a wrong record count
-    assert _checked_copy(f, entry("a", 0, 10_000, with_sha=False)) is None
-    assert _checked_copy(f, entry("a", a_off, len(framed[0]), records=2,
+    assert shard_index.checked_range(f, entry("a", 0, 10_000, with_sha=False)) is None
+    assert shard_index.checked_range(f, entry("a", a_off, len(framed[0]), records=2,
                                   data=framed[0])) is None
