@@ -11,8 +11,10 @@ The version is checked, then published (finalize/publish.py), then --keep retire
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
+import uuid
 from typing import Optional, Tuple
 
 from beam_tfrecord.config import ConvertConfig
@@ -86,10 +88,9 @@ def run_append(config: ConvertConfig, beam_args, argv, break_lock: bool = False)
     raise UsageError(f"--append: {dest} holds an ordinary output (manifest.json); a versioned "
                      "output needs a directory of its own (DEST/versions/, DEST/LATEST)")
   if local:
-    import os
     os.makedirs(dest, exist_ok=True)
   start = time.monotonic()
-  run_id = __import__("uuid").uuid4().hex
+  run_id = uuid.uuid4().hex
   lock = locks.OutputLock(dest, run_id, break_lock)
   try:
     lock.acquire()
@@ -106,9 +107,9 @@ def run_append(config: ConvertConfig, beam_args, argv, break_lock: bool = False)
     publish.remove_unpublished(dest, latest)
     base, reason, base_manifest = decide(config, dest, latest)
     current = fingerprint.compute(config)  # a listing and a stat: no image read
+    # the fingerprint covers the settings that shape records too: equal, no setting changed
     if base_manifest is not None and not config.compact and \
-        fingerprint.same(current, base_manifest.source_fingerprint) and not reason.startswith(
-            "settings"):
+        fingerprint.same(current, base_manifest.source_fingerprint):
       print(f"unchanged: the sources equal version {versions.version_name(latest)}'s "
             f"({current['files']:,} files); nothing published ({time.monotonic() - start:.1f} s)")
       return EXIT_OK
@@ -123,7 +124,7 @@ def run_append(config: ConvertConfig, beam_args, argv, break_lock: bool = False)
       run = dataclasses.replace(run, plan_from=None, incremental=False)
       reason = manifest
       code, manifest = _convert(run, beam_args, argv, run_id)
-    if code != EXIT_OK:
+    if code != EXIT_OK or manifest is None:
       return code
     run_directory = outputs.run_dir(dest, run_id)
     incremental = manifest.incremental
@@ -163,7 +164,6 @@ def _is_kept(name: str, run_directory: str, base: Optional[str]) -> bool:
   """True when a shard of the new version is a file of the version before (a hard link)."""
   if base is None or paths.is_remote(run_directory):
     return False
-  import os
   try:
     st = os.lstat(paths.child(run_directory, name))
   except OSError:
@@ -174,40 +174,22 @@ def _is_kept(name: str, run_directory: str, base: Optional[str]) -> bool:
 def _convert(config: ConvertConfig, beam_args, argv, run_id: str):
   """Run the pipeline into DEST's run directory (the lock is held). (EXIT_OK, manifest),
   ("fallback", why) when an append's accounting did not add up, or (exit code, None)."""
-  import apache_beam as beam
-  from apache_beam.options.pipeline_options import PipelineOptions
-
   from beam_tfrecord import pipeline
-  from beam_tfrecord.cli.process import (private_tempdir, startup_frozen, terminate_as_exit,
-                                         wait_for_job)
+  from beam_tfrecord.cli.process import (new_pipeline, pipeline_options, private_tempdir,
+                                         run_to_end, terminate_as_exit)
   from beam_tfrecord.finalize import output as outputs
   from beam_tfrecord.finalize.manifest import OUTCOMES
-  from beam_tfrecord.storage.progress import Progress
-  options = PipelineOptions(list(beam_args))
-  standard = options.view_as(beam.options.pipeline_options.StandardOptions)
-  if standard.runner is None:
-    standard.runner = "FnApiRunner"
+  options = pipeline_options(beam_args)
   with private_tempdir(), terminate_as_exit():
-    p = beam.Pipeline(options=options)
+    p = new_pipeline(options)
     try:
       pipeline.build(p, config, argv, run_id)
     except ValueError as e:
       raise UsageError(str(e)) from None
-    with Progress(outputs.run_dir(config.output, run_id)), startup_frozen():
-      try:
-        result = p.run()
-      except Exception as e:
-        first = (str(e).strip().splitlines() or [""])[0]
-        print(f"beam-tfrecord: the pipeline failed ({type(e).__name__}: {first[:300]}); "
-              "LATEST is unchanged", file=sys.stderr)
-        return EXIT_FAILED, None
-      state = wait_for_job(result, options)
-  if state is None:
-    return EXIT_OK, None
-  if str(state) not in ("DONE", "PipelineState.DONE"):
-    print(f"beam-tfrecord: pipeline ended in state {state}; LATEST is unchanged",
-          file=sys.stderr)
-    return EXIT_FAILED, None
+    code, _ = run_to_end(p, options, outputs.run_dir(config.output, run_id),
+                         "LATEST is unchanged")
+  if code is not None:
+    return code, None
   run_directory = outputs.run_dir(config.output, run_id)
   try:
     manifest = outputs.load_manifest(run_directory)

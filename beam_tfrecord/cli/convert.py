@@ -12,7 +12,8 @@ from typing import Sequence
 
 from beam_tfrecord import config as config_mod
 from beam_tfrecord.cli import outcome
-from beam_tfrecord.cli.process import (private_tempdir, startup_frozen,
+from beam_tfrecord.cli.process import (new_pipeline, pipeline_options,
+                                       private_tempdir, run_to_end,
                                        terminate_as_exit, wait_for_job)
 from beam_tfrecord.config import ConvertConfig
 from beam_tfrecord.errors import EXIT_FAILED, EXIT_OK, UsageError
@@ -34,28 +35,12 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
   if config.append and not _building_only_args(beam_args):
     from beam_tfrecord.cli.append import run_append
     return run_append(config, beam_args, argv, break_lock)
-  import apache_beam as beam
-  from apache_beam.options.pipeline_options import PipelineOptions
-
   from beam_tfrecord import pipeline
   from beam_tfrecord.finalize import lock as locks
   from beam_tfrecord.finalize import output as outputs
-  from beam_tfrecord.storage.progress import Progress
   from beam_tfrecord.sources import registry
 
-  options = PipelineOptions(list(beam_args))
-  standard = options.view_as(beam.options.pipeline_options.StandardOptions)
-  direct = options.view_as(beam.options.pipeline_options.DirectOptions)
-  if standard.runner is None:
-    # The local default, measured (benchmarks/README.md): Beam's FnApiRunner in process. It is
-    # what the DirectRunner falls back to offline, minus ~2 s spent trying to fetch Prism; on
-    # 2 cores multi_processing was slower (worker start-up, data passed between processes)
-    # and used 3x the memory.
-    standard.runner = "FnApiRunner"
-  if direct.direct_running_mode == "multi_threading":
-    print("beam-tfrecord: warning: Beam's multi_threading mode lost records under load in our "
-          "measurements; the run fails rather than finish incomplete if that happens",
-          file=sys.stderr)
+  options = pipeline_options(beam_args)
   building_only = _building_only(options)
   if not building_only:
     registry.check(config)
@@ -66,10 +51,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
                               config_mod.input_paths(config))
   run_id = uuid.uuid4().hex
   with private_tempdir(), terminate_as_exit():
-    try:
-      p = beam.Pipeline(options=options)
-    except (ValueError, ImportError) as e:  # a runner Beam cannot make (a dotted name)
-      raise UsageError(f"--runner {standard.runner}: {e}") from None
+    p = new_pipeline(options)
     try:
       pipeline.build(p, config, argv, run_id)
     except ValueError as e:
@@ -102,21 +84,10 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
       outputs.check_ownership(config.output, config.overwrite,
                               config_mod.input_paths(config))
       outputs.remove_leftovers(config.output, keep=[outputs.LOCK])
-      with Progress(outputs.run_dir(config.output, run_id)), startup_frozen():
-        try:
-          result = p.run()  # local runners block here; remote ones return at once
-        except Exception as e:  # a DoFn raised past our error handling: a runner failure
-          first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-          print(f"beam-tfrecord: the pipeline failed ({type(e).__name__}: {first[:300]}); "
-                f"{config.output} is unchanged", file=sys.stderr)
-          return EXIT_FAILED
-        state = wait_for_job(result, options)
-      if state is None:  # --no_wait_until_finish: the job goes on without us
-        return EXIT_OK
-      if str(state) not in ("DONE", "PipelineState.DONE"):
-        print(f"beam-tfrecord: pipeline ended in state {state}; {config.output} is unchanged",
-              file=sys.stderr)
-        return EXIT_FAILED
+      code, result = run_to_end(p, options, outputs.run_dir(config.output, run_id),
+                                f"{config.output} is unchanged")
+      if code is not None:
+        return code
       if config.source_fingerprint is not None:  # --if-changed: the workers may have skipped
         skipped = outcome.skipped_line(result, config)
         if skipped:

@@ -98,3 +98,59 @@ def wait_for_job(result, options):
     state = getattr(result, "state", None)
     print(f"beam-tfrecord: {type(e).__name__}: {e}", file=sys.stderr)
     return state if state is not None else "FAILED"
+
+
+def pipeline_options(beam_args):
+  """The command line's Beam options, with the tool's local default runner: Beam's
+  FnApiRunner in process (benchmarks/README.md). It is what the DirectRunner falls back to
+  offline, minus ~2 s spent trying to fetch Prism; on 2 cores multi_processing was slower
+  (worker start-up, data passed between processes) and used 3x the memory. Warns (one line)
+  when multi_threading is asked for."""
+  import apache_beam as beam
+  from apache_beam.options.pipeline_options import PipelineOptions
+  options = PipelineOptions(list(beam_args))
+  standard = options.view_as(beam.options.pipeline_options.StandardOptions)
+  direct = options.view_as(beam.options.pipeline_options.DirectOptions)
+  if standard.runner is None:
+    standard.runner = "FnApiRunner"
+  if direct.direct_running_mode == "multi_threading":
+    print("beam-tfrecord: warning: Beam's multi_threading mode lost records under load in our "
+          "measurements; the run fails rather than finish incomplete if that happens",
+          file=sys.stderr)
+  return options
+
+
+def new_pipeline(options):
+  """A Pipeline of these options; UsageError (one line) for a runner Beam cannot make."""
+  import apache_beam as beam
+
+  from beam_tfrecord.errors import UsageError
+  try:
+    return beam.Pipeline(options=options)
+  except (ValueError, ImportError) as e:  # a runner Beam cannot make (a dotted name)
+    runner = options.view_as(beam.options.pipeline_options.StandardOptions).runner
+    raise UsageError(f"--runner {runner}: {e}") from None
+
+
+def run_to_end(p, options, staging: str, unchanged: str):
+  """Run the built pipeline under the progress line (its counters in `staging`) and wait for
+  the job. (exit code, result): EXIT_FAILED after one line ending with `unchanged` when the
+  run raised or the job ended in a state other than DONE; EXIT_OK when there is no job to
+  wait for (--no_wait_until_finish); None when it ended DONE."""
+  from beam_tfrecord.errors import EXIT_FAILED, EXIT_OK
+  from beam_tfrecord.storage.progress import Progress
+  with Progress(staging), startup_frozen():
+    try:
+      result = p.run()  # local runners block here; remote ones return at once
+    except Exception as e:  # a DoFn raised past our error handling: a runner failure
+      first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+      print(f"beam-tfrecord: the pipeline failed ({type(e).__name__}: {first[:300]}); "
+            f"{unchanged}", file=sys.stderr)
+      return EXIT_FAILED, None
+    state = wait_for_job(result, options)
+  if state is None:  # --no_wait_until_finish: the job goes on without us
+    return EXIT_OK, result
+  if str(state) not in ("DONE", "PipelineState.DONE"):
+    print(f"beam-tfrecord: pipeline ended in state {state}; {unchanged}", file=sys.stderr)
+    return EXIT_FAILED, result
+  return None, result

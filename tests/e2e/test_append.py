@@ -304,3 +304,12 @@ def test_verify_checks_indexes_against_their_shards(tmp_path):
   assert bad.returncode == 1
   assert f"{index.name}: the records of {entry['key']} are not what it lists" in \
       bad.stdout + bad.stderr
+
+
+def test_a_runner_beam_cannot_make_is_one_line_with_append_too(tmp_path):
+  src, dest = tmp_path / "src", tmp_path / "dest"
+  _dataset(src, [f"{i:03d}.jpg" for i in range(4)])
+  done = _run(src, str(dest), "--append", "--runner=no.such.Runner", check=False)
+  assert done.returncode == 2 and "Traceback" not in done.stderr
+  assert "--runner no.such.Runner" in done.stderr.strip().splitlines()[-1]
+  assert not (dest / "LATEST").exists()
