@@ -172,6 +172,8 @@ def publish(dest: str, run_directory: str, number: int, base: Optional[int],
   except FileExistsError:
     if not stat.S_ISDIR(os.lstat(root).st_mode):
       raise LostRace(f"{root} is not a directory of ours (a link or a file)") from None
+  if versions.read_latest(dest) != base:  # before anything is published, as on gs://
+    raise LostRace("LATEST was moved by another run meanwhile")
   kill_point("publish-version")
   try:
     os.rename(run_directory, target)  # fails on a non-empty target: one run wins
@@ -181,8 +183,6 @@ def publish(dest: str, run_directory: str, number: int, base: Optional[int],
                      "run") from None
     raise
   kill_point("publish-latest")
-  if versions.read_latest(dest) != base:
-    raise LostRace("LATEST was moved by another run meanwhile")
   tmp = paths.join(dest, f"{OWN_PREFIX}LATEST-{run_id}")
   fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
   try:
@@ -288,4 +288,5 @@ def remove_unpublished(dest: str, latest: Optional[int]) -> List[int]:
 
 
 def manifest_json(manifest: Manifest) -> bytes:
+  """manifest.json's bytes, as Finalize writes them and a gs:// version is claimed with."""
   return json.dumps(manifest.to_json(), indent=2, ensure_ascii=False).encode("utf-8")

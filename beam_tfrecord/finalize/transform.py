@@ -115,8 +115,8 @@ class Finalize(beam.DoFn):
         files=tuple(files))
     outputs.write_atomic(run_directory, card.NAME,
                          card.render(manifest).encode("utf-8"))
-    outputs.write_atomic(run_directory, MANIFEST, json.dumps(
-        manifest.to_json(), indent=2, ensure_ascii=False).encode("utf-8"))
+    # the bytes --append's publish claims a version with on gs:// (publish.manifest_json)
+    outputs.write_atomic(run_directory, MANIFEST, publish.manifest_json(manifest))
     outputs.kill_point("finalize")
     if self.config.append:  # the launcher checks the version and publishes it (publish.py)
       if outcome == "ok":
