@@ -263,9 +263,9 @@ def delete_version(dest: str, number: int) -> bool:
 
 
 def retire(dest: str, keep: int, latest: int) -> List[int]:
-  """--keep K: delete the versions but the newest K published ones and LATEST's; and any
-  version newer than LATEST (a run killed before it published: never seen by a reader).
-  Called with the output lock held. Returns the numbers deleted."""
+  """--keep K: delete the versions but the newest K published ones and LATEST's. Called
+  with the output lock held, once `latest` is published (versions never published are
+  remove_unpublished's). Returns the numbers deleted."""
   deleted = []
   published = [n for n in versions.numbers(dest) if n <= latest]
   kept = set(published[-keep:]) if keep else set(published)
