@@ -174,18 +174,13 @@ def _is_kept(name: str, run_directory: str, base: Optional[str]) -> bool:
 def _convert(config: ConvertConfig, beam_args, argv, run_id: str):
   """Run the pipeline into DEST's run directory (the lock is held). (EXIT_OK, manifest),
   ("fallback", why) when an append's accounting did not add up, or (exit code, None)."""
-  from beam_tfrecord import pipeline
-  from beam_tfrecord.cli.process import (new_pipeline, pipeline_options, private_tempdir,
+  from beam_tfrecord.cli.process import (build_pipeline, pipeline_options, private_tempdir,
                                          run_to_end, terminate_as_exit)
   from beam_tfrecord.finalize import output as outputs
   from beam_tfrecord.finalize.manifest import OUTCOMES
   options = pipeline_options(beam_args)
   with private_tempdir(), terminate_as_exit():
-    p = new_pipeline(options)
-    try:
-      pipeline.build(p, config, argv, run_id)
-    except ValueError as e:
-      raise UsageError(str(e)) from None
+    p = build_pipeline(options, config, argv, run_id)
     code, _ = run_to_end(p, options, outputs.run_dir(config.output, run_id),
                          "LATEST is unchanged")
   if code is not None:

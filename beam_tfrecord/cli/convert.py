@@ -12,7 +12,7 @@ from typing import Sequence
 
 from beam_tfrecord import config as config_mod
 from beam_tfrecord.cli import outcome
-from beam_tfrecord.cli.process import (new_pipeline, pipeline_options,
+from beam_tfrecord.cli.process import (build_pipeline, pipeline_options,
                                        private_tempdir, run_to_end,
                                        terminate_as_exit, wait_for_job)
 from beam_tfrecord.config import ConvertConfig
@@ -35,7 +35,6 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
   if config.append and not _building_only_args(beam_args):
     from beam_tfrecord.cli.append import run_append
     return run_append(config, beam_args, argv, break_lock)
-  from beam_tfrecord import pipeline
   from beam_tfrecord.finalize import lock as locks
   from beam_tfrecord.finalize import output as outputs
   from beam_tfrecord.sources import registry
@@ -51,11 +50,7 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
                               config_mod.input_paths(config))
   run_id = uuid.uuid4().hex
   with private_tempdir(), terminate_as_exit():
-    p = new_pipeline(options)
-    try:
-      pipeline.build(p, config, argv, run_id)
-    except ValueError as e:
-      raise UsageError(str(e)) from None
+    p = build_pipeline(options, config, argv, run_id)
     if building_only:
       return wait_for_job(p.run(), options) or EXIT_OK
     from apache_beam.io.filesystems import FileSystems

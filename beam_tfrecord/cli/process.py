@@ -120,16 +120,23 @@ def pipeline_options(beam_args):
   return options
 
 
-def new_pipeline(options):
-  """A Pipeline of these options; UsageError (one line) for a runner Beam cannot make."""
+def build_pipeline(options, config, argv, run_id: str):
+  """The conversion's Pipeline of these options, built (pipeline.build). UsageError (one
+  line) for a runner Beam cannot make, or a problem found while building."""
   import apache_beam as beam
 
+  from beam_tfrecord import pipeline
   from beam_tfrecord.errors import UsageError
   try:
-    return beam.Pipeline(options=options)
+    p = beam.Pipeline(options=options)
   except (ValueError, ImportError) as e:  # a runner Beam cannot make (a dotted name)
     runner = options.view_as(beam.options.pipeline_options.StandardOptions).runner
     raise UsageError(f"--runner {runner}: {e}") from None
+  try:
+    pipeline.build(p, config, argv, run_id)
+  except ValueError as e:
+    raise UsageError(str(e)) from None
+  return p
 
 
 def run_to_end(p, options, staging: str, unchanged: str):
