@@ -157,6 +157,8 @@ _ENTRIES = [
     ("too_deep", "file image", "the JSON or XML nests deeper than the parser allows"),
     ("too_large", "file image object", "an annotation file, element or line is over the size "
      "this tool reads ([safety.md](safety.md#bounded-parsing))"),
+    ("too_many_objects", "image", "the image has more objects than the tool takes for one "
+     "image (sources/base.MAX_OBJECTS_PER_IMAGE, [safety.md](safety.md#bounded-parsing))"),
     ("truncated_image", "image", "the JPEG or PNG is cut short (no end marker)"),
     ("unexpected_error", "file image", "an unforeseen error (the message has it); please "
      "report it"),
