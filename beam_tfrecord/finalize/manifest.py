@@ -12,7 +12,7 @@ from beam_tfrecord.write.shard_writer import merge_stats, new_stats
 
 # What a finished run's manifest says ("outcome") and the exit code the CLI gives it.
 OUTCOMES = {"ok": 0, "lost_records": 1, "lock_lost": 1, "no_images": 2, "usage": 2,
-            "error_rate": 3, "empty": 4}
+            "error_rate": 3, "empty": 4, "incomplete": 4}
 
 # Error reasons that only a change of the command line fixes, found by the workers because
 # the launcher reads no input whole: any one fails the run ("usage", exit 2, as a UsageError
@@ -77,8 +77,11 @@ def outcome_of(totals: Mapping[str, int], levels: Mapping[str, int], rate: float
   """(outcome, status) of a finished run; status is 'ok' or 'failed: why'. Nothing written
   is never a success: with no image even seen it is 'no_images', else 'empty'; so is a
   declared split left with no example (`empty`, empty_splits) and objects that were all
-  rejected (a label map that matches no class: images written without their boxes). An error
-  of USAGE_REASONS fails it first: the output would be wrong whatever the counts."""
+  rejected (a label map that matches no class: images written without their boxes). So is
+  an error at file level ('incomplete': what the file described, or its rest, is missing in
+  an unknown amount) unless --max-error-rate says how much may be rejected; each then counts
+  one in the rate. An error of USAGE_REASONS fails it first: the output would be wrong
+  whatever the counts."""
   usage = sorted(r for r in USAGE_REASONS if (reasons or {}).get(r))
   if usage:
     return "usage", "failed: " + "; ".join(
@@ -102,6 +105,13 @@ def outcome_of(totals: Mapping[str, int], levels: Mapping[str, int], rate: float
     return "empty", (f"failed: every object was rejected ({levels['object']} objects; the "
                      f"{totals['images']} images were written without boxes; main reasons: "
                      f"{why}; see errors-*.jsonl)")
+  if levels.get("file") and limit is None:
+    files = levels["file"]
+    return "incomplete", (f"failed: {files} annotation file error{'s' if files > 1 else ''} "
+                          f"left out what the file described, or the rest of it after where "
+                          f"it broke (main reasons: {why}; see the level \"file\" errors in "
+                          "errors-*.jsonl); fix the files, or accept a share of rejections "
+                          "with --max-error-rate")
   if limit is not None and rate > limit:
     rejected = sum(n for level, n in levels.items() if level != "warning")
     return "error_rate", (f"failed: error rate {rate:.4g} exceeds --max-error-rate {limit:g} "

@@ -410,8 +410,16 @@ def summary(manifest: Union[Manifest, Dict], output: str,
   if excluded:
     top = sorted(excluded.items(), key=lambda kv: (-kv[1], kv[0]))
     listed = ", ".join(f"{name} {n}" for name, n in top[:8]) + (" ..." if len(top) > 8 else "")
+    # what became of the images left without objects depends on the schema: box schemas
+    # keep them as background images, per-image label schemas reject them (not_one_class)
+    from beam_tfrecord import schemas
+    image_label = schemas.get(manifest.schema).image_level if manifest.schema else False
+    lost = errors.by_reason.get("not_one_class", 0)
+    fate = (f"images left without a class were not written (not_one_class {lost})"
+            if image_label or lost else
+            "images left without objects were kept as background images")
     lines.append(f"  excluded by --classes: {sum(excluded.values())} objects ({listed}); "
-                 "images left without objects were kept as background images")
+                 f"{fate}")
   # excluded_class has its own line above, and no line in errors-*.jsonl
   listed_reasons = {k: v for k, v in errors.by_reason.items()
                     if not (excluded and k == "excluded_class")}

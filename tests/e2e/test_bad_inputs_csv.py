@@ -109,8 +109,13 @@ def csv_run(tmp_path_factory):
 
 
 def test_csv_run_finishes_and_reports(csv_run):
-  assert csv_run.code == 0
-  check_report_format(csv_run)
+  """The corpus holds broken files (file-level errors): the run finishes, reports every
+  error, and fails with exit 4 ('incomplete', issue 30 item 5) rather than exit 0."""
+  run = csv_run
+  assert run.code == 4
+  assert run.manifest["outcome"] == "incomplete"
+  assert run.manifest["errors"]["by_level"]["file"] >= 1
+  check_report_format(run)
 
 
 @pytest.mark.parametrize("line", range(2, 2 + len(CSV_ROWS)))

@@ -147,3 +147,62 @@ def test_a_shard_whose_images_were_all_rejected_is_empty_and_listed(small_datase
   stats = json.loads(capsys.readouterr().out)
   assert stats["records_match_manifest"]
   assert stats["splits"]["train"]["records"] == len(train) - 1
+
+
+def _coco_doc(ds, split: str) -> Dict:
+  return json.loads(Path(ds.coco_file(split)).read_text(encoding="utf-8"))
+
+
+def test_a_cut_annotation_file_fails_unless_a_rate_is_accepted(small_dataset, tmp_path,
+                                                                capsys):
+  """Issue 30, item 5: a COCO file cut short inside `annotations` (its categories first, as
+  some exporters write them) kept the boxes before the cut with exit 0. Now exit 4 naming
+  the file-level error, once (not once per section), the earlier output untouched;
+  --max-error-rate accepts it (the error counts one) and the boxes before the cut are
+  written."""
+  ds, out = small_dataset, tmp_path / "out"
+  doc = _coco_doc(ds, "train")
+  doc = {"categories": doc["categories"], "images": doc["images"],
+         "annotations": doc["annotations"]}
+  text = json.dumps(doc)
+  assert len(doc["annotations"]) >= 3, doc
+  cut = text.index(json.dumps(doc["annotations"][2]))  # two whole annotations before it
+  (tmp_path / "cut.json").write_text(text[:cut + 10], encoding="utf-8")
+  args = (f"--input=train={tmp_path / 'cut.json'}", f"--images={ds.image_dir}")
+  assert convert(*args, f"--output={out}") == 4
+  line = failure_line(capsys.readouterr().err)
+  assert "1 annotation file error" in line and "malformed_json 1" in line, line
+  assert "no output was made" in line, line
+  manifest = report(out)
+  assert manifest["outcome"] == "incomplete"
+  assert (manifest["errors"]["by_reason"], manifest["errors"]["by_level"]) == (
+      {"malformed_json": 1}, {"file": 1}), manifest["errors"]
+  assert not (out / "manifest.json").exists()
+  accepted = tmp_path / "accepted"
+  assert convert(*args, f"--output={accepted}", "--max-error-rate=0.5") == 0
+  run = read_output(accepted)
+  assert run.manifest["totals"]["objects"] == 2  # the boxes before the cut, nothing more
+  [error] = [e for e in run.errors if e["level"] == "file"]
+  assert error["reason"] == "malformed_json"
+  assert "the file breaks after 2 entries of `annotations`" in error["message"], error
+
+
+def test_one_over_deep_annotation_rejects_itself_alone(small_dataset, tmp_path, capsys):
+  """Issue 30, item 5: one annotation nested 34 levels deep rejected its whole file ("objects
+  0, classes 0", exit 0). Now that annotation alone is rejected (too_deep, object level),
+  on either parse path, and every other box is written."""
+  ds = small_dataset
+  doc = _coco_doc(ds, "train")
+  nested: object = 1
+  for _ in range(34):
+    nested = [nested]
+  doc["annotations"][1]["attributes"] = {"occluded": nested}
+  deep = tmp_path / "deep.json"
+  deep.write_text(json.dumps(doc), encoding="utf-8")
+  out = tmp_path / "out"
+  assert convert(f"--input=train={deep}", f"--images={ds.image_dir}", f"--output={out}") == 0
+  run = read_output(out)
+  assert [(e["reason"], e["level"], e["source"]) for e in run.errors] == [
+      ("too_deep", "object", f"{deep}#annotations[1]")]
+  assert run.manifest["totals"]["objects"] == len(doc["annotations"]) - 1
+

@@ -7,6 +7,7 @@ The COCO bombs cost the launcher's check (ijson.parse's prefixes) the square of 
 peak is what tells."""
 from __future__ import annotations
 
+import glob
 import json
 import os
 import resource
@@ -39,13 +40,15 @@ def convert_limited(*args: str):
   lines = proc.stderr.splitlines()
   assert lines and lines[-1].startswith("peak-mb "), proc.stderr[-3000:]
   output = args[list(args).index("--output") + 1]
-  errors = bd.read_errors(output) if os.path.isdir(output) else []
+  # a failed run leaves its report in its run directory, the output untouched
+  reports = [output] + sorted(glob.glob(os.path.join(output, ".beam-tfrecord-run-*")))
+  errors = [e for d in reports if os.path.isdir(d) for e in bd.read_errors(d)]
   return proc.returncode, "\n".join(lines[:-1]), int(lines[-1].split()[1]), errors
 
 
 def check_clean(code: int, stderr: str, peak: int) -> None:
   assert "Traceback" not in stderr and "MemoryError" not in stderr, stderr[-3000:]
-  assert code in (0, 2), (code, stderr[-3000:])
+  assert code in (0, 2, 4), (code, stderr[-3000:])  # 4: a file-level rejection
   assert peak < PEAK_LIMIT_MB, peak
 
 
@@ -72,9 +75,12 @@ def test_coco_nesting_bomb(tmp_path, where):
       "--images", str(tmp_path), "--output", str(out))
   check_clean(code, stderr, peak)
   assert code == 0, stderr[-3000:]
-  assert {(e["reason"], e["key"]) for e in errors} == {("too_deep", str(tmp_path / "bomb.json"))}
+  # the over-deep entry alone is rejected; a value outside the arrays is never read
+  assert {(e["reason"], e["level"], e["source"]) for e in errors if e["level"] != "warning"} == (
+      {("too_deep", "image", str(tmp_path / "bomb.json") + "#images[0]")}
+      if where == "images_entry" else set())
   manifest = json.loads((out / "manifest.json").read_text())
-  assert sum(s["images"] for s in manifest["splits"].values()) == 1
+  assert sum(s["images"] for s in manifest["splits"].values()) == 1  # good.jpg, once
 
 
 def test_coco_nesting_bomb_at_the_top(tmp_path):
@@ -114,5 +120,6 @@ def test_csv_line_bomb(tmp_path):
       "--format", "csv", "--input", str(tmp_path / "labels.csv"), "--output",
       str(tmp_path / "out"))
   check_clean(code, stderr, peak)
+  assert code == 4, stderr  # a file-level rejection fails the run (issue 30, item 5)
   assert [(e["reason"], e["key"]) for e in errors] == [
       ("too_large", str(tmp_path / "labels.csv"))]

@@ -164,6 +164,22 @@ def test_summary_counts_errors_without_warnings():
   assert "errors 3" in outputs.summary(old, "out")
 
 
+@pytest.mark.parametrize("schema, reasons, fate", [
+    ("od-api", {"excluded_class": 4}, "images left without objects were kept as background"),
+    ("classification", {"excluded_class": 4, "not_one_class": 2},
+     "images left without a class were not written (not_one_class 2)"),
+    ("tutorial", {"excluded_class": 4}, "images left without a class were not written"),
+])
+def test_the_summary_says_what_became_of_images_left_without_objects(schema, reasons, fate):
+  """Issue 30 (minor): the --classes line said such images were kept, while a per-image
+  label schema had rejected them (not_one_class)."""
+  manifest = _manifest(sum(reasons.values()), {"warning": 4, "image": reasons.get(
+      "not_one_class", 0)}, reasons)
+  manifest.update(schema=schema, excluded_classes={"dog": 4})
+  text = outputs.summary(manifest, "out")
+  assert "excluded by --classes: 4 objects (dog 4); " + fate in text, text
+
+
 def test_a_swap_refuses_links_before_it_moves_anything(tmp_path):
   """Issue 30, items 1 and 7: a journal whose run directory is a link to another folder, and
   a manifest entry that is a link to a directory, are refused before anything moves."""

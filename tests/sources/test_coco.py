@@ -316,7 +316,10 @@ def _files(root) -> dict:
       "nan_no_categories": _write(root, "nan_no_categories.json", json.dumps(
           {k: v for k, v in good.items() if k != "categories"}).replace('"area": 600.0',
                                                                        '"area": NaN')),
+      # too deep where nothing is read (ignored), and one over-deep annotation (rejected alone)
       "deep": _write(root, "deep.json", text[:-1] + ', "info": ' + "[" * 40 + "]" * 40 + "}"),
+      "deep_entry": _write(root, "deep_entry.json", text.replace(
+          '"area": 600.0', '"area": 600.0, "attributes": ' + "[" * 40 + "]" * 40, 1)),
       "big_exponent": _write(root, "big_exponent.json", text.replace('"area": 600.0',
                                                                      '"area": 1e400')),
       "trailing": _write(root, "trailing.json", text + " {}"),
@@ -329,7 +332,7 @@ def _files(root) -> dict:
 
 WHOLE = ["good", "no_categories", "images_not_array"]
 STREAMED = ["truncated", "not_an_object", "nan", "big_id", "big_id_images_object", "images_twice", "nan_no_categories", "deep",
-            "big_exponent", "trailing", "bom", "odd_strings"]
+            "deep_entry", "big_exponent", "trailing", "bom", "odd_strings"]
 
 
 def _read(files, name: str, join_in_worker: bool, include_masks: bool = False) -> dict:
@@ -369,9 +372,17 @@ def test_both_joins_give_the_same_images_errors_and_categories(tmp_path, name):
     assert str(2 ** 70) in "".join(in_worker["images"])
   elif name == "images_twice":  # both arrays read, as streaming reads them
     assert any("source_id='7'" in line for line in in_worker["images"])
+  elif name in ("deep", "deep_entry"):  # the annotation alone is rejected, once
+    good = _read(files, "good", join_in_worker=True)
+    deep = [json.loads(e) for e in in_worker["errors"] if "too_deep" in e]
+    assert [(e["level"], e["source"][-15:]) for e in deep] == (
+        [] if name == "deep" else [("object", "#annotations[0]")])
+    assert len(in_worker["errors"]) == len(good["errors"]) + len(deep)
+    assert len(in_worker["images"]) == len(good["images"])
   elif name not in ("nan", "big_exponent", "odd_strings", "bom", "images_twice",
                     "nan_no_categories"):
-    assert any(json.loads(e)["level"] == "file" for e in in_worker["errors"])
+    file_errors = [e for e in in_worker["errors"] if json.loads(e)["level"] == "file"]
+    assert len(file_errors) == 1, file_errors  # one problem, said once
 
 
 def test_the_in_process_runner_joins_every_file_in_a_worker_whatever_its_size(tmp_path):
@@ -491,3 +502,28 @@ def test_check_input_streams_deep_nesting_in_constant_memory(tmp_path):
   path.write_text('{"info": %s, "images": []}' % nested)
   with pytest.raises(UsageError, match="`images` array is empty"):
     coco.check_input(str(path))
+
+
+def test_an_image_with_too_many_annotations_is_rejected_and_collected_no_further(tmp_path):
+  """Issue 30 (objects per image): past MAX_OBJECTS_PER_IMAGE annotations the image is one
+  too_many_objects error, and the chunks after the bound are not even read."""
+  from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE
+  from beam_tfrecord.sources.coco.join import join_image
+  (tmp_path / "a.jpg").write_bytes(b"\xff\xd8\xff\xd9")
+  chunk = lambda start, n: tuple((i, 1, (1.0, 1.0, 5.0, 5.0), False, None, i, None)
+                                 for i in range(start, start + n))
+
+  def chunks(total):
+    yield chunk(0, MAX_OBJECTS_PER_IMAGE)
+    yield chunk(MAX_OBJECTS_PER_IMAGE, total - MAX_OBJECTS_PER_IMAGE)
+    raise AssertionError("read past the bound")
+
+  image = [("train", str(tmp_path), "a.jpg", 8, 8)]
+  out = list(join_image((("x.json", 1), {"image": image, "objects": chunks(
+      MAX_OBJECTS_PER_IMAGE + 1)}), {("x.json", 1): "cat"}, False))
+  assert [(o.tag, o.value.reason, o.value.level, o.value.key) for o in out] == [
+      ("errors", "too_many_objects", "image", "a.jpg")]
+  at_bound = list(join_image((("x.json", 1), {"image": image, "objects": [chunk(
+      0, MAX_OBJECTS_PER_IMAGE)]}), {("x.json", 1): "cat"}, False))
+  [annotation] = at_bound
+  assert len(annotation.objects) == MAX_OBJECTS_PER_IMAGE

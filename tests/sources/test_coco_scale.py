@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.finalize.manifest import OUTCOMES, USAGE_REASONS, outcome_of
 from beam_tfrecord.records.model import ImageAnnotation, InputError
+from beam_tfrecord.sources.coco.scan import _NotStreamable
 from beam_tfrecord.sources import coco
 from beam_tfrecord.sources import detect as detection
 
@@ -421,13 +422,17 @@ def test_join_buffer_gives_back_what_was_added_by_partition(tmp_path, monkeypatc
 
 # --- fast_sections: entries parsed by json's C scanner, the same as stream_sections ---
 
+
 def _sections(parse, data: bytes, **kwargs):
   """(entries, found, bad reasons, raised): what a section parser gives for `data`."""
   import io
   found, bad, entries, raised = set(), [], [], None
   try:
-    for item in parse(io.BytesIO(data), coco.SECTIONS, found=found, bad=bad, **kwargs):
-      entries.append(item)
+    for section, entry in parse(io.BytesIO(data), coco.SECTIONS, found=found, bad=bad,
+                                **kwargs):
+      # an over-deep entry is given as its error (InputError compares by identity)
+      entries.append((section, ("rejected", entry.reason) if isinstance(entry, InputError)
+                      else entry))
   except Exception as e:  # noqa: BLE001 - compared below
     raised = e
   return entries, found, [(k, e.reason) for k, e in bad], raised
@@ -439,6 +444,11 @@ def _assert_same_as_streaming(data: bytes, block: int) -> None:
   if isinstance(slow[3], InputError) or isinstance(fast[3], InputError):
     assert (type(fast[3]), getattr(fast[3], "reason", None)) == (
         type(slow[3]), getattr(slow[3], "reason", None)), (fast[3], slow[3], data[:200])
+    return
+  if slow[3] is None and isinstance(fast[3], _NotStreamable):
+    # json's scanner gave up (recursion past its limit): the caller streams the file again
+    # with ijson, which skips the entry; what fast gave before is a prefix
+    assert fast[0] == slow[0][:len(fast[0])] and b"[" * 900 in data, data[:300]
     return
   if slow[3] is None:
     assert fast == slow, data[:300]
@@ -474,6 +484,9 @@ def test_fast_sections_read_what_streaming_reads(doc, indent, block):
     b'{"images": [' + b"[" * 31 + b"]" * 31 + b"]}",
     b'{"images": [' + b"[" * 30 + b"]" * 30 + b"], \"categories\": []}",
     b'{"images": [' + b"[" * 5000 + b"]" * 5000 + b"]}",
+    # one entry too deep among good ones: rejected alone, the next entries read
+    b'{"annotations": [{"a": 1}, {"b": ' + b"[" * 40 + b"]" * 40 + b'}, {"c": 2}], "images": []}',
+    b'{"annotations": [{"b": ' + b"[" * 5000 + b"]" * 5000 + b'}, {"c": 2}], "images": []}',
     b'\xef\xbb\xbf{"images": [], "categories": []}',
     b'{"images": [{"file_name": "\xc3\xa9\\u00e9"}], "categories": [{"id": 1, "name": "a"}]}',
 ])

@@ -10,6 +10,7 @@ import apache_beam as beam
 
 from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation, InputError,
                                          ObjectAnnotation)
+from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE
 from beam_tfrecord.storage import paths
 
 def _duplicate_category(element):
@@ -19,7 +20,7 @@ def _duplicate_category(element):
   names = sorted(set(names))
   if len(names) > 1:
     yield ErrorRecord(source=uri, stage="parse", reason="duplicate_category_id", key=uri,
-                      level="file",
+                      level="warning",  # a choice made for the user: nothing is lost
                       message=f"category id {category_id} is named {names}; {names[0]!r} is used")
 
 
@@ -34,8 +35,18 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
   segmentation)."""
   (uri, image_id), grouped = element
   images = list(grouped["image"])
-  objects = [o for chunk in grouped["objects"] for o in chunk]
+  objects: List[Tuple] = []
+  for chunk in grouped["objects"]:
+    objects.extend(chunk)
+    if images and len(objects) > MAX_OBJECTS_PER_IMAGE:  # collected no further
+      break
   source = f"{uri}#image_id={image_id}"
+  if len(objects) > MAX_OBJECTS_PER_IMAGE and images:
+    yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+        source=source, stage="parse", reason="too_many_objects", key=str(images[0][2]),
+        level="image", message=f"image id {image_id} has more than {MAX_OBJECTS_PER_IMAGE} "
+        "annotations"))
+    return
   if not images:
     for index, *_ in sorted(objects, key=lambda o: o[0]):  # one record per lost object
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(

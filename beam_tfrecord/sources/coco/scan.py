@@ -129,7 +129,8 @@ def fast_sections(fileobj, sections: Sequence[str], max_depth: int = MAX_DEPTH,
   range: checked on each block's bytes before its entries are read) or any text that is not
   JSON (or an entry over FAST_ENTRY_CHARS) raises _NotStreamable (a ValueError) before the
   entry it is in: the caller goes on as after a streaming error, from the entries read so
-  far. Nesting deeper than max_depth raises InputError too_deep, as stream_sections does."""
+  far. An entry nesting deeper than max_depth is given as InputError too_deep, as
+  stream_sections gives it."""
   import json
   import json.scanner
   wanted = set(sections)
@@ -166,8 +167,10 @@ def fast_sections(fileobj, sections: Sequence[str], max_depth: int = MAX_DEPTH,
       raise _NotStreamable(f"expected {char!r} at a top-level position")
     at += 1
 
-  def value(level: int) -> Any:
-    """The JSON value at the current position, whole."""
+  def value(level: int, checked: bool = True) -> Any:
+    """The JSON value at the current position, whole; InputError too_deep in its place when
+    it nests deeper than max_depth allows at `level` (and `checked`: values outside the
+    sections are not kept, so their depth does not matter)."""
     nonlocal at
     if at >= len(text) or text[at] in " \t\n\r":
       next_char()
@@ -178,8 +181,8 @@ def fast_sections(fileobj, sections: Sequence[str], max_depth: int = MAX_DEPTH,
         # "5"); strings, literals and containers end where their text does
         if ended or type(result) not in (int, float) or end + 64 <= len(text):
           break
-      except RecursionError:
-        raise depth.too_deep(max_depth) from None
+      except RecursionError:  # no end known to skip to: ijson's stream skips the entry
+        raise _NotStreamable("nests deeper than json's scanner goes") from None
       except _NotStreamable:
         raise
       except (StopIteration, ValueError):
@@ -189,10 +192,10 @@ def fast_sections(fileobj, sections: Sequence[str], max_depth: int = MAX_DEPTH,
     start, at = at, end
     # nesting is at most the brackets the text opens (two counts in C); only an entry with
     # more is walked
-    if (isinstance(result, (dict, list)) and
+    if (checked and isinstance(result, (dict, list)) and
         text.count("[", start, end) + text.count("{", start, end) > max_depth - level and
         depth.nests_deeper(result, max_depth - level)):
-      raise depth.too_deep(max_depth)
+      return depth.too_deep(max_depth)  # this entry alone is rejected
     return result
 
   tried = -1  # the window (reads so far) whose batch failed: entries one at a time there
@@ -248,7 +251,7 @@ def fast_sections(fileobj, sections: Sequence[str], max_depth: int = MAX_DEPTH,
     key = value(1)
     expect(":")
     if key not in wanted:
-      value(1)
+      value(1, checked=False)
       continue
     if next_char() not in "[{":  # a scalar: ijson's stream sees no section there
       value(1)
@@ -259,7 +262,7 @@ def fast_sections(fileobj, sections: Sequence[str], max_depth: int = MAX_DEPTH,
       if bad is None:
         raise error
       bad.append((key, error))
-      value(1)
+      value(1, checked=False)
       continue
     at += 1
     if next_char() == "]":

@@ -24,8 +24,8 @@ def stream_section(fileobj, section: str, max_depth: int = MAX_DEPTH) -> Iterato
   """Yield the entries of one top-level array of a COCO JSON without loading the file.
 
   Built on ijson's flat event stream (not ijson.items, whose prefix bookkeeping grows with the
-  square of the nesting depth: 30 kB of '[' took 2.2 GB), with a depth limit. Raises
-  InputError when the document is not an object, the section is not an array, or when
+  square of the nesting depth: 30 kB of '[' took 2.2 GB), with a depth limit: an entry nesting
+  deeper is given as InputError too_deep (stream_sections). Raises InputError when the document is not an object, the section is not an array, or when
   `images`/`categories` are missing (`annotations` may be: COCO test-set files lack it).
   """
   found: set = set()
@@ -38,12 +38,17 @@ def stream_section(fileobj, section: str, max_depth: int = MAX_DEPTH) -> Iterato
 
 def stream_sections(fileobj, sections: Sequence[str], max_depth: int = MAX_DEPTH,
                     found: Optional[set] = None,
-                    bad: Optional[List[Tuple[str, InputError]]] = None
-                    ) -> Iterator[Tuple[str, Any]]:
+                    bad: Optional[List[Tuple[str, InputError]]] = None,
+                    where: Optional[dict] = None) -> Iterator[Tuple[str, Any]]:
   """(section, entry) for the entries of several top-level arrays, in one pass over the file
   (as stream_section). With `found`, the sections seen are added to it instead of raising for
   a missing one; with `bad`, a section that is not an array is skipped and its error added
-  there, so that the other sections are still read."""
+  there, so that the other sections are still read. `where['key']` is kept as the top-level
+  key whose value is being read (None between them): where a stream that breaks broke.
+
+  An entry nesting deeper than max_depth is not built: its events are skipped (constant
+  memory) and the entry is given as InputError too_deep, so that it alone is rejected. A value
+  outside the sections is never built, so its depth does not matter."""
   import ijson
   wanted = set(sections)
   found_sections: set = found if found is not None else set()
@@ -52,6 +57,7 @@ def stream_sections(fileobj, sections: Sequence[str], max_depth: int = MAX_DEPTH
   section = None        # the wanted section whose array we are in
   stack: List[Any] = []  # containers of the entry being built
   keys: List[Optional[str]] = []
+  skipping = False      # inside an over-deep entry (level 3 and below)
 
   def add(value):
     if isinstance(stack[-1], dict):
@@ -62,30 +68,45 @@ def stream_sections(fileobj, sections: Sequence[str], max_depth: int = MAX_DEPTH
   for event, value in ijson.basic_parse(fileobj, use_float=True):
     if event in ("start_map", "start_array"):
       level += 1
-      if level > max_depth:
-        raise depth.too_deep(max_depth)
+      if skipping:
+        continue
       if level == 1:
         if event != "start_map":
           raise InputError("parse", "wrong_type", "a COCO file must be a JSON object")
         continue
-      if level == 2 and key in wanted:
-        found_sections.add(key)
-        if event != "start_array":
-          error = InputError("parse", "wrong_type", f"`{key}` must be an array")
-          if bad is None:
-            raise error
-          bad.append((key, error))
-          continue
-        section = key
+      if level == 2:
+        if where is not None:
+          where["key"] = key
+        if key in wanted:
+          found_sections.add(key)
+          if event != "start_array":
+            error = InputError("parse", "wrong_type", f"`{key}` must be an array")
+            if bad is None:
+              raise error
+            bad.append((key, error))
+            continue
+          section = key
         continue
       if section is not None:
+        if level > max_depth:  # the entry (level 3) is skipped to its end
+          skipping = True
+          stack.clear()
+          keys.clear()
+          continue
         stack.append({} if event == "start_map" else [])
         keys.append(None)
       continue
     if event in ("end_map", "end_array"):
       level -= 1
-      if section is not None and level == 1:
+      if skipping:
+        if level == 2:  # the over-deep entry ended
+          skipping = False
+          yield section, depth.too_deep(max_depth)
+        continue
+      if level == 1:
         section = None
+        if where is not None:
+          where["key"] = None
       elif section is not None and stack:
         done = stack.pop()
         keys.pop()
@@ -93,6 +114,8 @@ def stream_sections(fileobj, sections: Sequence[str], max_depth: int = MAX_DEPTH
           add(done)
         else:
           yield section, done
+      continue
+    if skipping:
       continue
     if event == "map_key":
       if level == 1:
@@ -108,7 +131,6 @@ def stream_sections(fileobj, sections: Sequence[str], max_depth: int = MAX_DEPTH
   for name in sections:
     if found is None and name not in found_sections:
       raise missing_section(name)
-
 
 
 def missing_section(name: str) -> Optional[InputError]:

@@ -3,7 +3,7 @@ the distributed join) and _JoinFile (a whole file in one pass, joined through sp
 the in-process runner), and how a file's bytes reach a parse path (_all_entries)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import apache_beam as beam
 
@@ -15,8 +15,7 @@ from beam_tfrecord.sources.coco.entries import (annotation_extras, annotation_fi
                                                 parse_category, parse_image)
 from beam_tfrecord.sources.coco.join import category_zero, join_image
 from beam_tfrecord.sources.coco.scan import _NotStreamable, fast_sections
-from beam_tfrecord.sources.coco.stream import (SECTIONS, missing_section, stream_section,
-                                               stream_sections)
+from beam_tfrecord.sources.coco.stream import SECTIONS, missing_section, stream_sections
 
 # Annotations are combined per image before the join, so that it sees one element per image
 # rather than one per object (4.3 per image in the benchmark); the buffer is flushed at this
@@ -56,8 +55,10 @@ class _ParseSection(beam.DoFn):
     parse = {"images": parse_image, "annotations": annotation_fields,
              "categories": parse_category}[section]
     try:
+      if isinstance(record, InputError):  # an entry the parser rejected (too deep)
+        raise record
       parsed = parse(record)
-    except InputError as e:
+    except InputError as e:  # this entry alone: an image, an object, or a category's name
       level = {"images": "image", "annotations": "object"}.get(section, "file")
       yield beam.pvalue.TaggedOutput("errors", e.record(
           f"{uri}#{section}[{index}]", _best_key(uri, record), level=level))
@@ -98,50 +99,65 @@ class _ParseSection(beam.DoFn):
   def _parse(self, uri, split, image_root, section, buffer):
     from apache_beam.io.filesystems import FileSystems
     done = 0
+    where: Dict[str, Any] = {"key": None}
     try:
       with FileSystems.open(uri, compression_type="uncompressed") as f:
-        for record in stream_section(f, section):
+        found: set = set()
+        for _, record in stream_sections(f, (section,), found=found, where=where):
           yield from self._emit(uri, split, image_root, section, done, record, buffer)
           done += 1
+      error = None if section in found else missing_section(section)
+      if error:
+        yield beam.pvalue.TaggedOutput("errors", error.record(uri, uri, level="file"))
       return
-    except InputError as e:
-      yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level="file"))
+    except InputError as e:  # this section is no array; or the file is no object, which
+      # every task meets: the images task says so
+      if section == "images" or f"`{section}`" in e.message:
+        yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level="file"))
       return
     except Exception as e:  # ijson's syntax errors, an unreadable file
-      streaming_error = f"{type(e).__name__}: {e}"
-    yield from self._go_on(uri, split, image_root, section, done, streaming_error, buffer)
-
-  def _go_on(self, uri, split, image_root, section, done, streaming_error, buffer):
-    """After a streaming error: the section's entries from `done` on, from Python's json."""
-    try:
-      rest = _entries_after(uri, section, done)
-    except Exception as e:  # truly malformed: report, keep what was read
-      yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-          source=uri, stage="parse", reason="malformed_json", key=uri, level="file",
-          message=f"{section} after entry {done}: {streaming_error}; {type(e).__name__}: {e}"))
+      streaming_error = _first_line(e)
+    # every section's task meets a broken file: the one whose section it broke in says so
+    # (the images task when it broke elsewhere), once; the others keep what they read
+    reports = section == (where["key"] if where["key"] in SECTIONS else "images")
+    rest = _rest_of(uri, {section: done}, where["key"], streaming_error)
+    if isinstance(rest, ErrorRecord):
+      if reports:
+        yield beam.pvalue.TaggedOutput("errors", rest)
       return
-    for index, record in enumerate(rest, start=done):
+    for index, record in enumerate(rest[section], start=done):
       yield from self._emit(uri, split, image_root, section, index, record, buffer)
 
 
-
-def _entries_after(uri: str, section: str, done: int) -> List[Any]:
-  """Fallback for what ijson refuses but Python's json accepts (NaN, Infinity, 1e400):
-  load the whole file once and return the entries from `done` on."""
+def _rest_of(uri: str, done: Dict[str, int], broke_in: Optional[str], streaming_error: str
+             ) -> Union[ErrorRecord, Dict[str, List[Any]]]:
+  """After a streaming error: each section's entries from done[section] on, read by Python's
+  json, which accepts what ijson refuses (NaN, Infinity, 1e400) by loading the whole file
+  once; or, when the file is truly broken (cut short, not JSON), the one malformed_json
+  record that says where it broke and that the rest of the file was not read."""
   import json
 
   from apache_beam.io.filesystems import FileSystems
-  with FileSystems.open(uri, compression_type="uncompressed") as f:
-    doc = json.load(f)
-  entries = doc.get(section, []) if isinstance(doc, dict) else None
-  if not isinstance(entries, list):
-    raise ValueError(f"`{section}` is not an array")
-  return entries[done:]
+  try:
+    with FileSystems.open(uri, compression_type="uncompressed") as f:
+      doc = json.load(f)
+  except Exception as e:  # the same words from either join (the reporting task knows
+    # the count of its own section only)
+    where = (f"after {done[broke_in]} entries of `{broke_in}`" if broke_in in done else
+             f"inside `{broke_in}`" if broke_in else "outside its arrays")
+    return ErrorRecord(
+        source=uri, stage="parse", reason="malformed_json", key=uri, level="file",
+        message=f"the file breaks {where} ({streaming_error}; {_first_line(e)}); the rest "
+                "of the file was not read")
+  rest = {}
+  for section, start in done.items():
+    entries = doc.get(section, []) if isinstance(doc, dict) else None
+    rest[section] = entries[start:] if isinstance(entries, list) else []
+  return rest
 
 
-
-def _all_entries(uri: str, found: set, bad: List[Tuple[str, InputError]]
-                 ) -> Iterator[Tuple[str, Any]]:
+def _all_entries(uri: str, found: set, bad: List[Tuple[str, InputError]],
+                 where: Dict[str, Any]) -> Iterator[Tuple[str, Any]]:
   """stream_sections(file, SECTIONS, found, bad) of the file at `uri`, read by fast_sections.
   Where fast_sections cannot be sure to read what ijson reads, the file is streamed again
   with ijson (stream_sections), from the start, and the entries not given yet follow, with
@@ -160,7 +176,7 @@ def _all_entries(uri: str, found: set, bad: List[Tuple[str, InputError]]
   del bad[:]
   seen: Dict[str, int] = {}
   with FileSystems.open(uri, compression_type="uncompressed") as f:
-    for section, entry in stream_sections(f, SECTIONS, found=found, bad=bad):
+    for section, entry in stream_sections(f, SECTIONS, found=found, bad=bad, where=where):
       seen[section] = seen.get(section, 0) + 1
       if seen[section] > given.get(section, 0):  # the entries not given already
         yield section, entry
@@ -237,28 +253,38 @@ class _JoinFile(_ParseSection):
     done = dict.fromkeys(SECTIONS, 0)
     found: set = set()
     bad: List[Tuple[str, InputError]] = []
+    where: Dict[str, Any] = {"key": None}
     streaming_error = None
     try:
-      for section, record in _all_entries(uri, found, bad):
+      for section, record in _all_entries(uri, found, bad, where):
         yield from self._emit(uri, split, image_root, section, done[section], record, buffer)
         done[section] += 1
-    except InputError as e:  # not an object, too deep
-      for _ in SECTIONS:  # each section's task reports it
-        yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level="file"))
+    except InputError as e:  # not an object: said once
+      yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level="file"))
       return
     except Exception as e:  # ijson's syntax errors, an unreadable file
-      streaming_error = f"{type(e).__name__}: {e}"
+      streaming_error = _first_line(e)
     for _, error in bad:  # a section that is not an array
       yield beam.pvalue.TaggedOutput("errors", error.record(uri, uri, level="file"))
+    if streaming_error is not None:
+      going = {s: n for s, n in done.items() if s not in dict(bad)}
+      rest = _rest_of(uri, going, where["key"], streaming_error)
+      if isinstance(rest, ErrorRecord):
+        yield beam.pvalue.TaggedOutput("errors", rest)
+        return
+      for section, entries in rest.items():
+        for index, record in enumerate(entries, start=done[section]):
+          yield from self._emit(uri, split, image_root, section, index, record, buffer)
+      return
     for section in SECTIONS:
-      if streaming_error is not None:
-        if section not in dict(bad):
-          yield from self._go_on(uri, split, image_root, section, done[section],
-                                 streaming_error, buffer)
-        continue
       error = None if section in found else missing_section(section)
       if error:
         yield beam.pvalue.TaggedOutput("errors", error.record(uri, uri, level="file"))
+
+
+def _first_line(e: Exception) -> str:
+  """'Type: message' of an exception, its first line (ijson draws where it broke below)."""
+  return f"{type(e).__name__}: " + (str(e).strip().splitlines() or [""])[0]
 
 
 def _best_key(uri: str, entry: Any) -> str:
