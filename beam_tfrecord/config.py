@@ -24,6 +24,12 @@ from beam_tfrecord.write.images import DEFAULT_MAX_PIXELS
 from beam_tfrecord.write.orientation import EXIF_FRAMES
 
 FORMATS = ("auto", *registry.FORMATS)
+# The longest file name (one path component) a file system takes, in bytes: ext4, XFS, Btrfs,
+# APFS. An output on gs:// is held to it too, so that it can be copied to a disk.
+NAME_MAX = 255
+# What a kept shard's temporary name adds to its name (finalize/output.share_file: '.link-PID',
+# '.copy') when --incremental or --append links an earlier output's files
+LINK_SUFFIX_BYTES = 16
 LAYOUTS = ("flat", "tfds")
 SCHEMAS = tuple(schemas.REGISTRY)
 SINKS = ("shards", "beam")
@@ -252,6 +258,9 @@ class ConvertConfig:
     if self.layout not in LAYOUTS:
       raise ValueError(f"--layout must be one of {', '.join(LAYOUTS)}")
     if self.layout == "tfds":
+      if not tfds_layout.VERSION_RE.fullmatch(self.dataset_version):
+        raise ValueError(f"--dataset-version {self.dataset_version!r}: give MAJOR.MINOR.PATCH, "
+                         "numbers without leading zeros, e.g. 1.0.0 (TFDS loads no other)")
       tfds_layout.check_options(self)
     elif self.dataset_name or self.dataset_version != "1.0.0":
       raise ValueError("--dataset-name and --dataset-version go with --layout tfds")
@@ -297,6 +306,7 @@ class ConvertConfig:
       splits = possible_splits(self)
       naming.check_template(self.shard_name_template, splits, self.num_shards)
       naming.check_names(self.shard_name_template, splits, self.num_shards)
+      check_name_length(self, splits)
 
   def input_image_roots(self) -> List[Tuple[Optional[str], str, Optional[str]]]:
     """(split, uri, image root or None) of each --input: its split's --images SPLIT=DIR, else
@@ -351,6 +361,39 @@ def possible_splits(config: ConvertConfig) -> Optional[set]:
   if config.split:
     return set(config.fractions)
   return registry.possible_splits(config)
+
+
+def check_name_length(config: ConvertConfig, splits: Optional[set]) -> None:
+  """UsageError when --shard-name-template can give a name longer than a file system takes.
+  Names are formatted with each split name the run can have (none when the splits are known
+  only from the data), the first and last index and the shard and record counts the options
+  allow (--num-shards, --records-per-shard; 1 where they set no bound): a name too long with
+  these is too long in the run. Padding in the template counts as given."""
+  template = config.shard_name_template
+  num_shards, count = config.num_shards or 1, config.records_per_shard or 1
+  linked = config.incremental or config.append or bool(config.plan_from)
+  limit = NAME_MAX - (LINK_SUFFIX_BYTES if linked else 0)
+  size, split, index = max(
+      (_name_bytes(naming.format_shard_name(template, split, index, num_shards, count)),
+       split, index)
+      for split in sorted(splits or {""}) for index in {0, num_shards - 1})
+  if size > limit:
+    shown = template if len(template) <= 60 else template[:57] + "..."
+    what = (f"--dataset-name {config.dataset_name!r} (in TFDS's shard names)"
+            if config.layout == "tfds" else f"--shard-name-template {shown!r}")
+    raise UsageError(f"{what} gives names of {size} bytes ("
+                     + (f"split {split!r}, " if split else "")
+                     + f"index {index}, num_shards {num_shards}, count {count}); a file name "
+                     f"may have at most {limit} bytes"
+                     + (" here (an earlier output's shards are linked under longer "
+                        "temporary names)" if linked else ""))
+
+
+def _name_bytes(name: str) -> int:
+  try:
+    return len(os.fsencode(name))  # what the file system is given
+  except UnicodeEncodeError:
+    return len(name.encode("utf-8", "surrogatepass"))
 
 
 def checked(config: ConvertConfig,

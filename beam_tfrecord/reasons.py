@@ -46,8 +46,8 @@ _ENTRIES = [
     ("background_category", "warning", "a COCO category with id 0 that no annotation uses was "
      "dropped: id 0 means background in the TF OD API (Roboflow exports name the dataset so)"),
     ("bad_bbox", "object", "a Labelbox bounding box has a negative width or height"),
-    ("bad_image_data", "image", "the LabelMe JSON's embedded imageData (read because the image "
-     "file is missing) is empty or not base64"),
+    ("bad_image_data", "image", "the LabelMe JSON's embedded imageData (its image whenever it "
+     "is not null, as in labelme) is empty or not base64"),
     ("bad_polygon", "object", "a polygon has fewer than 3 points, or a point that is not x, y "
      "(CVAT, Labelbox)"),
     ("bad_segmentation", "object", "with --include-masks, the object's segmentation (polygons "
@@ -72,7 +72,7 @@ _ENTRIES = [
      "of 0)"),
     ("decompression_bomb", "image", "the image header declares more pixels than --max-pixels; "
      "it is rejected before decoding"),
-    ("duplicate_category_id", "file", "one COCO category id has two names in a file; the "
+    ("duplicate_category_id", "warning", "one COCO category id has two names in a file; the "
      "smallest name is used"),
     ("duplicate_image", "warning", "the same image file is annotated more than once in a "
      "split; one annotation is used (the message names it)"),
@@ -140,7 +140,8 @@ _ENTRIES = [
     ("not_labelme", "file", "the JSON is not a LabelMe file (no `shapes`)"),
     ("not_one_class", "image", "the schema needs exactly one class per image (classification, "
      "tutorial, tfds-image-folder) and the image has none or several"),
-    ("orphan_label", "file", "a YOLO label file that no image of the dataset claims"),
+    ("orphan_label", "image", "a YOLO label file that no image of the dataset claims: its "
+     "image is missing"),
     ("path_traversal", "image", "the image's file name leads out of the image root (../)"),
     ("relocated_image", "warning", "absolute paths in a YOLO list did not exist here and were "
      "found under the dataset root by their trailing components"),
@@ -154,7 +155,7 @@ _ENTRIES = [
      "--follow-symlinks to accept it), or to no readable file"),
     ("symlinked_folder", "warning", "a symlinked folder among the class folders was not "
      "followed (or would loop)"),
-    ("too_deep", "file image", "the JSON or XML nests deeper than the parser allows"),
+    ("too_deep", "file image object", "the JSON or XML nests deeper than the parser allows"),
     ("too_large", "file image object", "an annotation file, element or line is over the size "
      "this tool reads ([safety.md](safety.md#bounded-parsing))"),
     ("too_many_objects", "image", "the image has more objects than the tool takes for one "
@@ -177,7 +178,7 @@ _ENTRIES = [
      "fetched: download the images and give their folder as --images"),
     ("unreadable", "file image", "an annotation file, a list or an image cannot be read "
      "(missing, no permission, a network error)"),
-    ("unreadable_label", "file", "a YOLO label file cannot be read or is not text; its image "
+    ("unreadable_label", "image", "a YOLO label file cannot be read or is not text; its image "
      "is not converted"),
     ("unsafe_path", "image", "the image's file name is not valid Unicode or contains a NUL "
      "byte"),

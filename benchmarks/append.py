@@ -14,8 +14,8 @@ For each append it reports the shard bytes it wrote (files of the new version th
 links to version 1's), the image bytes it read (the images it encoded: added and changed),
 and checks that the new version's records equal the full run's, record for record (the
 multiset of record bytes: shard order differs). The machine's other load is recorded during
-each run (/proc/stat busy time minus the run's own CPU): a run beside more than half a core
-of other work is marked disturbed. Time on a quiet machine.
+each run (run.measure's machine.Load: /proc/stat busy time minus the run's own CPU): a run
+beside more than half a core of other work is marked disturbed. Time on a quiet machine.
 
   python benchmarks/append.py --images 20000 --repeats 3
   python benchmarks/append.py --smoke
@@ -38,18 +38,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import dataset as datasets  # noqa: E402
 import incremental  # noqa: E402
+import machine  # noqa: E402
 import run as harness  # noqa: E402
 
 sys.path.insert(0, harness.REPO)
 from beam_tfrecord.records.tfrecord import read_record  # noqa: E402
-
-
-def busy_jiffies() -> float:
-  """Machine-wide busy CPU seconds so far (all cores), from /proc/stat."""
-  with open("/proc/stat") as f:
-    fields = [int(x) for x in f.readline().split()[1:]]
-  idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-  return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def records_of(directory: str) -> collections.Counter:
@@ -166,9 +159,8 @@ def main(argv=None) -> int:
             subprocess.run(["cp", "-al", dest1, out], check=True)
             cmd = convert(annotations, images, out, "--append")
           os.sync()
-          busy = busy_jiffies()
           run = harness.measure(cmd, os.path.join(logs, f"{name}-{rep}.log"), env, 8000)
-          other = max(0.0, (busy_jiffies() - busy - run.cpu_s) / max(run.wall_s, 1e-9))
+          other = run.other_cores
           if not run.ok:
             print(f"{name} failed: {run.error}; log {run.log}", file=sys.stderr)
             return 1
@@ -189,7 +181,8 @@ def main(argv=None) -> int:
             checks[name] = {"published": os.path.basename(latest(out)) != os.path.basename(v1_dir)}
           print(f"  [{rep + 1}/{args.repeats}] {name:<11} {run.wall_s:7.2f} s {run.cpu_s:7.2f} "
                 f"cpu-s {run.peak_rss_mb:6.0f} MB  load {run.load_avg:4.2f}  other "
-                f"{other:4.2f} cores{'  DISTURBED' if other > 0.5 else ''}", flush=True)
+                f"{other:4.2f} cores{'  DISTURBED' if machine.disturbed(other) else ''}",
+                flush=True)
     medians = {name: {"wall_s": statistics.median(r.wall_s for r in runs),
                       "cpu_s": statistics.median(r.cpu_s for r in runs),
                       "wall_spread_s": max(r.wall_s for r in runs) - min(r.wall_s for r in runs),

@@ -3,14 +3,21 @@
 Every variant runs as its own process (start-up and imports included) on the same cached
 synthetic COCO dataset (dataset.py). While it runs, the whole process tree is sampled with
 psutil every 50 ms (summed RSS of the process and all its descendants); CPU seconds are the
-tree's user+sys. Each metric is the median over --repeats runs; runs are interleaved
-(variant A, B, C, A, B, C, ...) so that noise from other load spreads over all variants.
+tree's user+sys. Runs are interleaved (variant A, B, C, A, B, C, ...) so that noise from
+other load spreads over all variants. Around each run, machine.Load records the load average
+at its start and end and the other cores busy meanwhile (/proc/stat); a run beside more than
+--max-other-cores of other work is disturbed: re-run (--retries) in the same round, and never
+counted. Each row gives the medians of its counted runs with their spread (min-max); a row
+with no counted run is refused ("disturbed: not reported"). Ratios are to the official
+converter's row of the same sitting, or not given. --markdown prints the table for the docs,
+with the machine (lscpu) and the load.
 
   python benchmarks/run.py --images 2000 --repeats 3
   python benchmarks/run.py --variants tool --beam-args "--direct_running_mode=multi_threading"
       --beam-args "--direct_running_mode=multi_processing --direct_num_workers=2"
   python benchmarks/run.py --scale --images 2000
   python benchmarks/run.py --small-images 200000,1000000 --repeats 1
+  python benchmarks/run.py --markdown-from benchmarks/results/STAMP.json
 """
 from __future__ import annotations
 
@@ -20,7 +27,6 @@ import datetime
 import hashlib
 import json
 import os
-import platform
 import re
 import resource
 import shlex
@@ -31,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import psutil
 
@@ -39,6 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import dataset as datasets  # noqa: E402  (benchmarks/ is not a package)
+import machine  # noqa: E402
 import official_converter  # noqa: E402
 import small_dataset  # noqa: E402
 
@@ -106,6 +113,12 @@ class Run:
   code: str = ""                 # fingerprint of beam_tfrecord/ sources when it started
   log: str = ""
   peak_proc_rss_mb: float = 0.0  # the largest RSS of any single process in the tree
+  load_end: float = 0.0          # 1-minute load average when it ended
+  other_cores: float = 0.0       # cores busy with other work meanwhile (machine.Load)
+  harness_cpu_s: float = 0.0     # this process's own CPU meanwhile (the sampler)
+  disturbed: bool = False        # other_cores above --max-other-cores: not counted
+  round: int = 0                 # which of the --repeats rounds
+  attempt: int = 0               # 0, then 1.. for the re-runs of a disturbed run
 
   @property
   def ok(self) -> bool:
@@ -176,8 +189,9 @@ def code_fingerprint(repo: str = REPO) -> str:
 
 def measure(cmd: Sequence[str], log_path: str, env: Dict[str, str], max_rss_mb: float,
             cwd: str = REPO) -> Run:
-  """Run cmd to completion in `cwd`; wall time, tree CPU time and peak tree RSS."""
-  load = os.getloadavg()[0]
+  """Run cmd to completion in `cwd`; wall time, tree CPU time, peak tree RSS, and the
+  machine's other load meanwhile (not judged here: see schedule)."""
+  load = machine.Load().start()
   before = resource.getrusage(resource.RUSAGE_CHILDREN)
   start = time.perf_counter()
   with open(log_path, "wb") as log:
@@ -186,6 +200,7 @@ def measure(cmd: Sequence[str], log_path: str, env: Dict[str, str], max_rss_mb: 
   sampler.start()
   proc.wait()
   wall = time.perf_counter() - start
+  load.stop()
   sampler.stopped.set()
   sampler.join()
   after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -193,9 +208,12 @@ def measure(cmd: Sequence[str], log_path: str, env: Dict[str, str], max_rss_mb: 
   # were not (orphaned workers), up to the last 50 ms of each. Take the larger.
   rusage_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
   cpu = max(rusage_cpu, sum(sampler.cpu.values()))
+  figures = load.figures(cpu, wall)
   return Run(wall_s=wall, cpu_s=cpu, peak_rss_mb=sampler.peak_rss / MB,
              peak_proc_rss_mb=sampler.peak_proc_rss / MB,
-             processes=len(sampler.cpu), returncode=proc.returncode, load_avg=load,
+             processes=len(sampler.cpu), returncode=proc.returncode,
+             load_avg=figures["load_start"], load_end=figures["load_end"],
+             other_cores=figures["other_cores"], harness_cpu_s=figures["harness_cpu_s"],
              error=(f"killed: tree RSS passed --max-rss-mb {max_rss_mb:.0f}" if sampler.killed
                     else f"exit code {proc.returncode}" if proc.returncode else ""),
              log=log_path)
@@ -272,56 +290,198 @@ def run_once(variant: Variant, data: datasets.Dataset, work: str, logs: str, tag
   return result
 
 
-def summarize(runs: List[Run], data: datasets.Dataset) -> Dict[str, float]:
-  """Medians over the successful runs (over all runs if none succeeded)."""
-  ok = [r for r in runs if r.ok] or runs
-  wall = statistics.median(r.wall_s for r in ok)
-  return {"wall_s": wall, "images_per_s": data.count / wall,
-          "mb_per_s": data.total_bytes / MB / wall,
-          "peak_rss_mb": statistics.median(r.peak_rss_mb for r in ok),
-          "peak_proc_rss_mb": statistics.median(r.peak_proc_rss_mb for r in ok),
-          "cpu_s": statistics.median(r.cpu_s for r in ok),
-          "cpu_ms_per_image": statistics.median(r.cpu_s for r in ok) * 1000 / data.count,
-          "processes": max(r.processes for r in ok),
-          "failed_runs": sum(not r.ok for r in runs)}
-
-
-def measure_all(variants: List[Variant], data: datasets.Dataset, repeats: int, work: str,
-                logs: str, keep: bool, max_rss_mb: float) -> Dict[str, List[Run]]:
+def schedule(variants: List[Variant], repeats: int, retries: int, max_other_cores: float,
+             run_one: Callable[[Variant, str], Run]) -> Dict[str, List[Run]]:
+  """Every variant once per round, interleaved, `repeats` rounds. A successful run beside more
+  than max_other_cores of other work is disturbed: within its round, the disturbed variants
+  run again, in order, up to `retries` times. Every attempt is kept (the report shows them);
+  only undisturbed successful runs count (summarize)."""
   runs: Dict[str, List[Run]] = {v.name: [] for v in variants}
   for rep in range(repeats):
-    for variant in variants:
-      run = run_once(variant, data, work, logs, f"r{rep}", keep, max_rss_mb)
-      runs[variant.name].append(run)
-      status = "ok" if run.ok else f"FAILED: {run.error} (log: {run.log})"
-      print(f"  [{rep + 1}/{repeats}] {variant.name:<16} {run.wall_s:7.2f} s {run.peak_rss_mb:6.0f} MB "
-            f"{run.cpu_s:7.2f} cpu-s  load {run.load_avg:4.2f}  {status}", flush=True)
+    pending = list(variants)
+    for attempt in range(retries + 1):
+      again = []
+      for variant in pending:
+        run = run_one(variant, f"r{rep}" + (f"-retry{attempt}" if attempt else ""))
+        run.round, run.attempt = rep, attempt
+        run.disturbed = run.ok and machine.disturbed(run.other_cores, max_other_cores)
+        runs[variant.name].append(run)
+        if run.disturbed:
+          again.append(variant)
+        status = ("ok" if run.ok and not run.disturbed
+                  else f"DISTURBED ({'re-run' if attempt < retries else 'no retries left'})"
+                  if run.ok else f"FAILED: {run.error} (log: {run.log})")
+        tag = f"[{rep + 1}/{repeats}{f' retry {attempt}' if attempt else ''}]"
+        print(f"  {tag:<15} {variant.name:<16} {run.wall_s:7.2f} s {run.peak_rss_mb:6.0f} MB "
+              f"{run.cpu_s:7.2f} cpu-s  load {run.load_avg:4.2f}-{run.load_end:4.2f}  other "
+              f"{run.other_cores:4.2f} cores  {status}", flush=True)
+      pending = again
+      if not pending:
+        break
   return runs
 
 
-def print_table(variants: List[Variant], medians: Dict[str, Dict], base: str) -> None:
-  ref = medians.get(base)
-  width = max(len(v.label) for v in variants)
-  header = (f"{'variant':<{width}} {'wall s':>7} {'img/s':>7} {'MB/s':>7} {'peak MB':>8} "
-            f"{'1 proc MB':>9} {'CPU s':>7} {'CPU ms/img':>10} {'procs':>5}")
-  if ref:
-    header += f"  {'(1) speed x':>11} {'(1) mem x':>9} {'(1) cpu x':>9}"
+def measure_all(variants: List[Variant], data: datasets.Dataset, repeats: int, work: str,
+                logs: str, keep: bool, max_rss_mb: float, retries: int = 0,
+                max_other_cores: float = machine.MAX_OTHER_CORES) -> Dict[str, List[Run]]:
+  return schedule(variants, repeats, retries, max_other_cores,
+                  lambda variant, tag: run_once(variant, data, work, logs, tag, keep, max_rss_mb))
+
+
+def spread(values: List[float]) -> Dict[str, float]:
+  return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarize(runs: List[Run], count: int, total_bytes: int, sitting: str) -> Dict:
+  """A row: medians and spread (min-max) over its counted runs (successful, undisturbed).
+
+  status: "ok"; "disturbed" when every successful run stayed disturbed; "failed" when no run
+  succeeded. Then "median" is None: the row is refused, never mixed with counted rows."""
+  ok = [r for r in runs if r.ok]
+  counted = [r for r in ok if not r.disturbed]
+  summary: Dict = {"status": "ok" if counted else "disturbed" if ok else "failed",
+                   "sitting": sitting, "attempts": len(runs), "counted": len(counted),
+                   "failed_runs": len(runs) - len(ok), "disturbed_runs": len(ok) - len(counted),
+                   "other_cores_all": [round(r.other_cores, 3) for r in runs], "median": None}
+  if not counted:
+    return summary
+  wall, cpu = spread([r.wall_s for r in counted]), spread([r.cpu_s for r in counted])
+  summary["median"] = {
+      "wall_s": wall["median"], "wall_min_s": wall["min"], "wall_max_s": wall["max"],
+      "cpu_s": cpu["median"], "cpu_min_s": cpu["min"], "cpu_max_s": cpu["max"],
+      "images_per_s": count / wall["median"], "mb_per_s": total_bytes / MB / wall["median"],
+      "cpu_ms_per_image": cpu["median"] * 1000 / count,
+      "peak_rss_mb": statistics.median(r.peak_rss_mb for r in counted),
+      "peak_proc_rss_mb": statistics.median(r.peak_proc_rss_mb for r in counted),
+      "processes": max(r.processes for r in counted),
+      "load_min": min(min(r.load_avg, r.load_end) for r in counted),
+      "load_max": max(max(r.load_avg, r.load_end) for r in counted),
+      "other_cores_max": max(r.other_cores for r in counted)}
+  return summary
+
+
+BASE = "official"  # the ratios' reference row
+
+
+def ratios(summaries: Dict[str, Dict], base: str = BASE) -> Optional[Dict[str, Optional[Dict]]]:
+  """Wall and CPU of each row over the official converter's, for the rows measured in the
+  same sitting as it (one invocation). None (no ratio column) when that row was not measured
+  or was refused; a row of another sitting, or refused, gets None."""
+  ref = summaries.get(base)
+  if not ref or ref["median"] is None:
+    return None
+  result: Dict[str, Optional[Dict]] = {}
+  for name, s in summaries.items():
+    m = s["median"]
+    result[name] = (None if m is None or s["sitting"] != ref["sitting"] else
+                    {"wall_x": m["wall_s"] / ref["median"]["wall_s"],
+                     "cpu_x": m["cpu_s"] / ref["median"]["cpu_s"]})
+  return result
+
+
+def table_rows(report: Dict) -> List[Dict]:
+  """One row per variant and size of a report: label, N, summary, ratio (None: not given)."""
+  rows = []
+  for n, size in report["sizes"].items():
+    found = ratios(size["variants"])
+    for name, entry in size["variants"].items():
+      rows.append({"label": entry["label"], "n": int(n), "summary": entry,
+                   "ratio": found.get(name) if found else None, "has_ratio": bool(found)})
+  return rows
+
+
+def refusal(summary: Dict) -> str:
+  """Why a row gives no figures ("" when it does)."""
+  if summary["median"] is not None:
+    return ""
+  if summary["status"] == "disturbed":
+    others = summary["other_cores_all"]
+    beside = (f"{others[0]:.2f}" if len(others) == 1 else
+              f"{min(others):.2f}-{max(others):.2f}")
+    runs = f"{len(others)} run{'s' if len(others) > 1 else ''}"
+    return f"disturbed: not reported ({runs} beside {beside} other cores)"
+  return f"failed: not reported ({summary['failed_runs']} failed runs)"
+
+
+def _range(low: float, high: float, digits: int) -> str:
+  return f"{low:.{digits}f}-{high:.{digits}f}"
+
+
+def print_table(rows: List[Dict]) -> None:
+  """The terminal table: medians of the counted runs, their spread, the load, the ratios."""
+  with_ratio = any(r["has_ratio"] for r in rows)
+  width = max(len(r["label"]) for r in rows)
+  header = (f"{'variant':<{width}} {'runs':>5} {'wall s':>7} {'wall min-max':>13} {'CPU s':>7} "
+            f"{'CPU min-max':>13} {'CPU ms/img':>10} {'img/s':>7} {'MB/s':>6} {'peak MB':>7} "
+            f"{'1 proc MB':>9} {'procs':>5} {'load':>9} {'other':>5}")
+  if with_ratio:
+    header += f"  {'wall x(6)':>9} {'CPU x(6)':>8}"
   print(header)
-  for v in variants:
-    m = medians[v.name]
-    line = (f"{v.label:<{width}} {m['wall_s']:7.2f} {m['images_per_s']:7.1f} {m['mb_per_s']:7.1f} "
-            f"{m['peak_rss_mb']:8.0f} {m['peak_proc_rss_mb']:9.0f} {m['cpu_s']:7.2f} "
-            f"{m['cpu_ms_per_image']:10.3f} "
-            f"{m['processes']:5d}")
-    if ref:
-      line += (f"  {m['wall_s'] / ref['wall_s']:11.2f} {ref['peak_rss_mb'] / m['peak_rss_mb']:9.2f}"
-               f" {ref['cpu_s'] / m['cpu_s']:9.2f}")
-    if m["failed_runs"]:
-      line += f"  ({m['failed_runs']} FAILED run(s))"
+  for row in rows:
+    s, m = row["summary"], row["summary"]["median"]
+    line = f"{row['label']:<{width}} {s['counted']:>2}/{s['attempts']:<2}"
+    if m is None:
+      print(f"{line} {refusal(s)}")
+      continue
+    line += (f" {m['wall_s']:7.2f} {_range(m['wall_min_s'], m['wall_max_s'], 2):>13} "
+             f"{m['cpu_s']:7.2f} {_range(m['cpu_min_s'], m['cpu_max_s'], 2):>13} "
+             f"{m['cpu_ms_per_image']:10.3f} {m['images_per_s']:7.1f} {m['mb_per_s']:6.1f} "
+             f"{m['peak_rss_mb']:7.0f} {m['peak_proc_rss_mb']:9.0f} {m['processes']:5d} "
+             f"{_range(m['load_min'], m['load_max'], 1):>9} {m['other_cores_max']:5.2f}")
+    if with_ratio:
+      r = row["ratio"]
+      line += f"  {r['wall_x']:9.2f} {r['cpu_x']:8.2f}" if r else f"  {'-':>9} {'-':>8}"
+    if s["failed_runs"]:
+      line += f"  ({s['failed_runs']} FAILED run(s))"
     print(line)
-  if ref:
-    print("(1) speed x = wall(row) / wall(1): above 1 means (1) is faster. (1) mem x and cpu x = "
-          "(1)'s peak RSS / CPU seconds over the row's.")
+  print("runs = counted/attempted (a disturbed run is re-run, never counted); wall and CPU s = "
+        "medians of the counted runs, with their min-max; load = the 1-minute load average "
+        "over their starts and ends; other = the most cores other work used during one.")
+  if with_ratio:
+    print("wall x(6), CPU x(6) = the row's wall / CPU seconds over the official converter's (6), "
+          "same sitting: below 1 means the row is faster / uses less CPU.")
+
+
+def markdown(report: Dict) -> str:
+  """The result table as docs/performance.md has them, with the machine and the load."""
+  rows = table_rows(report)
+  sizes = len(report["sizes"]) > 1
+  with_ratio = any(r["has_ratio"] for r in rows)
+  counted = [r["summary"]["median"] for r in rows if r["summary"]["median"]]
+  lines = [f"Machine (`lscpu`): {machine.summary(report['machine'])}.", ""]
+  sitting = (f"`{report['command']}` on {report['started']}"
+             + (f" (commit {report['git'][:7]})" if report.get("git") else "")
+             + f": medians of {report['repeats']} interleaved run(s) per row, spread min-max")
+  if counted:
+    sitting += (f"; load average {min(m['load_min'] for m in counted):.1f}-"
+                f"{max(m['load_max'] for m in counted):.1f} during the counted runs, other "
+                f"work at most {max(m['other_cores_max'] for m in counted):.2f} cores")
+  retried = (f"re-run up to {report['retries']} times" if report["retries"] else "not re-run")
+  sitting += (f" (a run beside more than {report['max_other_cores']} cores of other work is "
+              f"disturbed: {retried}, never counted).")
+  lines += [sitting, ""]
+  head = ["row"] + (["N"] if sizes else []) + ["runs", "wall s", "CPU s", "CPU ms / image",
+                                               "peak MB", "load", "other cores"]
+  if with_ratio:
+    head += ["wall x (6)", "CPU x (6)"]
+  lines += ["| " + " | ".join(head) + " |",
+            "| --- | " + " | ".join("---:" for _ in head[1:]) + " |"]
+  for row in rows:
+    s, m = row["summary"], row["summary"]["median"]
+    tried = "" if s["attempts"] == s["counted"] else f" of {s['attempts']}"
+    cells = [row["label"]] + ([f"{row['n']:,}"] if sizes else []) + [f"{s['counted']}{tried}"]
+    if m is None:
+      cells += [refusal(s)] + [""] * (len(head) - len(cells) - 1)
+    else:
+      cells += [f"{m['wall_s']:.2f} ({_range(m['wall_min_s'], m['wall_max_s'], 2)})",
+                f"{m['cpu_s']:.2f} ({_range(m['cpu_min_s'], m['cpu_max_s'], 2)})",
+                f"{m['cpu_ms_per_image']:.3f}", f"{m['peak_rss_mb']:,.0f}",
+                _range(m["load_min"], m["load_max"], 1), f"{m['other_cores_max']:.2f}"]
+      if with_ratio:
+        r = row["ratio"]
+        cells += [f"{r['wall_x']:.2f}", f"{r['cpu_x']:.2f}"] if r else ["-", "-"]
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines)
 
 
 def identity_check(variants: List[Variant], runs: Dict[str, List[Run]]) -> Dict:
@@ -406,13 +566,36 @@ def main(argv: Optional[Sequence[str]] = None, logs_dir: Optional[str] = None) -
                       "the machine is shared)")
   parser.add_argument("--keep-outputs", action="store_true",
                       help="keep each variant's output in CACHE/runs/ (default: deleted)")
-  args = parser.parse_args(_attach_beam_args(sys.argv[1:] if argv is None else argv))
+  parser.add_argument("--max-other-cores", type=float, default=machine.MAX_OTHER_CORES,
+                      metavar="CORES",
+                      help="a run beside more than this many cores of other work (machine-wide "
+                      "busy CPU from /proc/stat minus the run's own) is disturbed: re-run, never "
+                      f"counted (default {machine.MAX_OTHER_CORES})")
+  parser.add_argument("--retries", type=int, default=2,
+                      help="re-runs of a disturbed run, in its round (default 2); a row whose "
+                      "runs all stay disturbed is not reported")
+  parser.add_argument("--markdown", action="store_true",
+                      help="also print the result table as markdown for docs/performance.md, "
+                      "with the machine (lscpu) and the load")
+  parser.add_argument("--markdown-from", metavar="REPORT.json",
+                      help="print the markdown table of an earlier report and exit (runs nothing)")
+  argv = list(sys.argv[1:] if argv is None else argv)
+  args = parser.parse_args(_attach_beam_args(argv))
+  if args.markdown_from:
+    with open(args.markdown_from) as f:
+      earlier = json.load(f)
+    if "sitting" not in earlier:
+      parser.error(f"{args.markdown_from} predates the load figures (no sitting): run it again")
+    print(markdown(earlier))
+    return 0
+  if args.retries < 0:
+    parser.error("--retries must be at least 0")
 
   smoke_dir = None
   if args.smoke:  # tiny, in a throw-away cache: proves the harness works, times nothing
     import tempfile
     smoke_dir = tempfile.mkdtemp(prefix="beam-tfrecord-bench-smoke-")
-    args.images, args.repeats, args.cache_dir = 24, 1, smoke_dir
+    args.images, args.repeats, args.cache_dir, args.retries = 24, 1, smoke_dir, 0
     args.variants, args.small_images = "tool,naive-nodecode", None  # small images come last
     args.output_json = args.output_json or os.path.join(smoke_dir, "results.json")
   try:
@@ -449,7 +632,8 @@ def main(argv: Optional[Sequence[str]] = None, logs_dir: Optional[str] = None) -
                                     label=f"{v.label}, {' '.join(SMALL_ARGS)}")
                 if v.kind == "tool" and not v.own_shards else v for v in variants]
 
-  stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+  started = datetime.datetime.now()
+  stamp = started.strftime("%Y%m%d-%H%M%S")
   output_json = args.output_json or os.path.join(RESULTS, f"{stamp}.json")
   logs = os.path.join(logs_dir or smoke_dir or RESULTS, f"{stamp}-logs")
   work = os.path.join(args.cache_dir, "runs")
@@ -459,8 +643,11 @@ def main(argv: Optional[Sequence[str]] = None, logs_dir: Optional[str] = None) -
   report: Dict = {
       "created": stamp, "images": sizes[0], "repeats": args.repeats,
       "mode": "small-images" if small_sizes else "scale" if args.scale else "rows",
-      "machine": {"cpus": os.cpu_count(), "memory_gb": psutil.virtual_memory().total / 1e9,
-                  "load_avg_at_start": os.getloadavg(), "python": platform.python_version()},
+      # one invocation is one sitting: ratios are only taken between rows of the same one
+      "sitting": f"{stamp}-{os.getpid()}", "started": started.strftime("%Y-%m-%d %H:%M"),
+      "command": shlex.join(["benchmarks/run.py", *argv]),
+      "retries": args.retries, "max_other_cores": args.max_other_cores,
+      "machine": machine.describe(), "load_avg_at_start": os.getloadavg(),
       "logs": logs, "sizes": {}}
   try:
     report["git"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, text=True,
@@ -476,18 +663,19 @@ def main(argv: Optional[Sequence[str]] = None, logs_dir: Optional[str] = None) -
           f"(mean {data.total_bytes / count / 1e3:.1f} KB), {data.boxes} boxes; "
           f"{args.repeats} repeat(s); load average {os.getloadavg()[0]:.2f}", flush=True)
     runs = measure_all(variants, data, args.repeats, work, logs, args.keep_outputs,
-                       args.max_rss_mb)
-    medians = {v.name: summarize(runs[v.name], data) for v in variants}
-    print(f"\nMedians of {args.repeats} run(s), N={count} images, "
-          f"{data.total_bytes / MB:.0f} MB:")
-    print_table(variants, medians, "tool")
-    identity = identity_check(variants, runs)
-    report["sizes"][str(count)] = {
-        "dataset": dataclasses.asdict(data), "identity": identity,
+                       args.max_rss_mb, args.retries, args.max_other_cores)
+    size = report["sizes"][str(count)] = {
+        "dataset": dataclasses.asdict(data),
         "variants": {v.name: {"label": v.label, "command": command(v, data, "OUT"),
-                              "median": medians[v.name],
+                              **summarize(runs[v.name], count, data.total_bytes,
+                                          report["sitting"]),
                               "runs": [dataclasses.asdict(r) for r in runs[v.name]]}
                      for v in variants}}
+    size["ratios_to_official"] = ratios(size["variants"])
+    print(f"\nMedians of the counted runs ({args.repeats} round(s)), N={count} images, "
+          f"{data.total_bytes / MB:.0f} MB:")
+    print_table(table_rows({"sizes": {str(count): size}}))
+    identity = size["identity"] = identity_check(variants, runs)
     failed = [v.name for v in variants for r in runs[v.name] if not r.ok]
     if failed:
       print(f"FAILED runs: {', '.join(failed)} (logs in {logs})")
@@ -501,6 +689,8 @@ def main(argv: Optional[Sequence[str]] = None, logs_dir: Optional[str] = None) -
   os.makedirs(os.path.dirname(os.path.abspath(output_json)), exist_ok=True)
   with open(output_json, "w") as f:
     json.dump(report, f, indent=2)
+  if args.markdown:
+    print("\n" + markdown(report))
   print(f"\nresults: {output_json}\nlogs: {logs}")
   if args.smoke:
     import gcs_latency
@@ -510,7 +700,7 @@ def main(argv: Optional[Sequence[str]] = None, logs_dir: Optional[str] = None) -
     # the small-image mode without its official row (it would download a wheel into this
     # throw-away cache)
     print("\n== smoke: --small-images 200", flush=True)
-    if main(["--small-images", "200", "--repeats", "1",
+    if main(["--small-images", "200", "--repeats", "1", "--retries", "0",
              "--variants", "tool,tool-default,tool-mp",
              "--cache-dir", smoke_dir, "--max-rss-mb", str(args.max_rss_mb),
              "--output-json", os.path.join(smoke_dir, "small-results.json")],
@@ -529,12 +719,18 @@ def scale_rows(report: Dict) -> List[Dict]:
   rows = []
   for name, entry in small.items():
     a, b = entry["median"], big[name]["median"]
+    if a is None or b is None:  # refused at one size: no growth to give
+      print(f"scale: {entry['label']}: not reported (" + "; ".join(
+          f"{n}: {refusal(e)}" for n, e in ((n1, entry), (n4, big[name])) if refusal(e)) + ")")
+      continue
     rows.append({"variant": name, "label": entry["label"], "wall_n": a["wall_s"],
                  "wall_4n": b["wall_s"], "time_ratio": b["wall_s"] / a["wall_s"],
                  "marginal_images_per_s": (n4 - n1) / max(b["wall_s"] - a["wall_s"], 1e-9),
                  "marginal_cpu_ms_per_image": (b["cpu_s"] - a["cpu_s"]) * 1000 / (n4 - n1),
                  "peak_n": a["peak_rss_mb"], "peak_4n": b["peak_rss_mb"],
                  "peak_growth": b["peak_rss_mb"] / a["peak_rss_mb"] - 1})
+  if not rows:
+    return rows
   print(f"\nScale, medians, N={n1} -> 4N={n4}:")
   width = max(len(r["label"]) for r in rows)
   print(f"{'variant':<{width}} {'wall N':>7} {'wall 4N':>7} {'x':>5} {'marg img/s':>10} "
@@ -553,8 +749,9 @@ def scale_rows(report: Dict) -> List[Dict]:
 
 def targets(report: Dict) -> List[Dict]:
   """The issue's targets against what was measured (they are defined at N=20,000)."""
-  first = report["sizes"][str(report["images"])]["variants"]
-  if "tool" not in first:
+  first = {name: entry for name, entry in
+           report["sizes"][str(report["images"])]["variants"].items() if entry["median"]}
+  if "tool" not in first:  # not run, or refused
     return []
   tool = first["tool"]["median"]
   checks: List[Dict] = []

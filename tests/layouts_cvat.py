@@ -24,7 +24,8 @@ from beam_tfrecord import sample
 SUBSETS = {"train": "Train", "val": "Validation"}  # CVAT's suggested subset names
 COLORS = ("#fa3253", "#33ddff", "#ff6037", "#b83df5")
 CREATED = "2026-11-20 09:00:00.000000+00:00"
-Shape = Tuple[str, "OrderedDict[str, str]"]  # (tag, attributes in CVAT's order)
+# (tag, attributes in CVAT's order), and optionally its CVAT attributes as (name, value) pairs
+Shape = Tuple  # (str, OrderedDict) or (str, OrderedDict, Sequence[Tuple[str, str]])
 
 
 class _Writer:
@@ -46,6 +47,13 @@ class _Writer:
     self.level -= 1
     self.indent()
     self.gen.endElement(tag)
+
+  def attribute(self, name: str, value: str) -> None:
+    """A shape's attribute: `<attribute name="...">value</attribute>` on its own line."""
+    self.indent()
+    self.gen.startElement("attribute", {"name": name})
+    self.gen.characters(value)
+    self.gen.endElement("attribute")
 
   def meta(self, fields) -> None:
     """_add_meta: dicts nest, lists of (tag, dict) repeat, strings are text."""
@@ -122,7 +130,7 @@ def write_cvat(images: Sequence[sample.SampleImage], image_dir: Path, target: Pa
   (save_images) images/<name>, or for kind 'project' images/<Subset>/<name> with one task per
   split (subsets Train and Validation). kind: task, job or project. Each sample box is a
   <box> (occluded="1" on every other box when `occluded`); `extra` adds shapes to an image by
-  file name after its boxes. Returns annotations.xml."""
+  file name after its boxes, each with its <attribute>s when it has a third item. Returns annotations.xml."""
   target.mkdir(parents=True, exist_ok=True)
   labels = list(labels if labels is not None else
                 sorted({b[0] for im in images for b in im.boxes}))
@@ -175,8 +183,10 @@ def write_cvat(images: Sequence[sample.SampleImage], image_dir: Path, target: Pa
       for i, (label, x0, y0, x1, y1) in enumerate(im.boxes):
         w.open("box", box_attrs(label, x0, y0, x1, y1, int(occluded and i % 2 == 1)))
         w.close("box")
-      for tag, shape in extra.get(im.file_name, []):
+      for tag, shape, *attributes in extra.get(im.file_name, []):
         w.open(tag, shape)
+        for name, value in (attributes[0] if attributes else ()):
+          w.attribute(name, value)
         w.close(tag)
       w.close("image")
       if save_images:

@@ -32,7 +32,10 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
                                                   "--no_wait_until_finish") for a in beam_args):
     raise UsageError("--append publishes the new version when the job has ended, from this "
                      "process: it cannot go with --template_location or --no_wait_until_finish")
-  if config.append and not _building_only_args(beam_args):
+  builds_only = _building_only_args(beam_args)
+  if not builds_only:
+    check_classes(config)  # --append too: before anything is read in full or created
+  if config.append and not builds_only:
     from beam_tfrecord.cli.append import run_append
     return run_append(config, beam_args, argv, break_lock)
   from beam_tfrecord.finalize import lock as locks
@@ -89,6 +92,25 @@ def run_convert(config: ConvertConfig, beam_args: Sequence[str], argv: Sequence[
           print(skipped)
           return EXIT_OK
     return outcome.summarize(config, run_id, time.monotonic() - start, created)
+
+
+def check_classes(config: ConvertConfig) -> None:
+  """--classes and --class-map against the classes known at launch (sources/declared.py: a
+  COCO file's categories, a YOLO yaml's names, class folders, ..., and --label-map):
+  UsageError, one line with the closest names, for a name that cannot be right. Where the
+  classes are not known here, the run's own check finds it after reading the data."""
+  if config.selection is None:
+    return
+  from beam_tfrecord.prepare.class_selection import undeclared_message
+  from beam_tfrecord.sources import declared, registry
+  label_map = (declared.label_map_classes(config.label_map, config.first_id())
+               if config.label_map else None)
+  problem = undeclared_message(config.selection,
+                               declared.declared_classes(registry.options_of(config)),
+                               declared.WHERE.get(config.format, ""), label_map,
+                               config.label_map or "")
+  if problem:
+    raise UsageError(problem)
 
 
 def _swap_pending(output: str) -> bool:

@@ -70,8 +70,8 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       "repeat with SPLIT= for a root per split. Default: coco/csv, the "
                       "annotation file's directory; voc, VOC/JPEGImages, or beside the XMLs "
                       "for a folder of XMLs (whose <filename> is looked up under DIR, in the "
-                      "XML's sub-folder, then directly); labelme, each JSON's folder (then its "
-                      "imageData); cvat, the export's images/ (else the XML's folder); "
+                      "XML's sub-folder, then directly); labelme, each JSON's folder (used when its "
+                      "imageData is null, as labelme does); cvat, the export's images/ (else the XML's folder); "
                       "labelbox, the NDJSON's folder; openimages, the folder named as the split "
                       "beside the CSV; yolo-keras, the text file's folder. yolo and folders "
                       "find their images themselves. File names may not leave this root")
@@ -81,11 +81,19 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   add(parser, "--classes", metavar="NAME,...",
                       help="keep only objects (and image-level labels) of these source classes; "
                       "the others are dropped and counted as excluded_class warnings. Images "
-                      "left without objects are kept as background images. A name the source "
-                      "does not have is an error (exit 2) listing the ones it has")
+                      "left without objects are kept as background images (schemas of one class "
+                      "per image, such as classification and tutorial, reject them: "
+                      "not_one_class). A name the source "
+                      "does not have is an error (exit 2) naming the closest ones it has: before "
+                      "the run where the classes are declared (COCO categories in the file's "
+                      "first 4 MB, a YOLO yaml's names, class folders, CVAT <meta> labels, Open "
+                      "Images descriptions, a yolo-keras classes file; with --label-map, the "
+                      "kept classes must be in it), else after reading the data")
   add(parser, "--class-map", metavar="OLD=NEW,...",
                       help="rename or merge source classes before ids are assigned: "
-                      "cat=pet,dog=pet gives one class pet. With --classes, OLD names refer "
+                      "cat=pet,dog=pet gives one class pet. The pairs apply at once, not one "
+                      "after another: cat=dog,dog=person writes cats as dog and dogs as person "
+                      "(never cat as person). With --classes, OLD names refer "
                       "to the kept source classes. Either option numbers the resulting "
                       "classes afresh, contiguous from the schema's first id, in the source's "
                       "class order (its ids, else sorted names), unless --label-map is given")
@@ -130,7 +138,9 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       help="shard file names, a Python format string with {split}, {index} "
                       "(0-based), {num_shards} and {count} (records in the file). Default "
                       f"{naming.DEFAULT_SHARD_NAME_TEMPLATE.replace('%', '%%')!r}. Two "
-                      "shards of the same name are an error before anything is written")
+                      "shards of the same name, or a name over 255 bytes (with the longest "
+                      "split and the largest numbers the options allow), are an error before "
+                      "anything is written")
   add(parser, "--layout", choices=LAYOUTS, default="flat",
                       help="flat (default): shards, label map and manifest in --output; tfds: "
                       "the directory TensorFlow Datasets reads, --output/NAME/VERSION/ with "
@@ -142,7 +152,8 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   add(parser, "--dataset-name", metavar="NAME",
                       help="--layout tfds: the dataset's TFDS name (lower case, digits, '_')")
   add(parser, "--dataset-version", default="1.0.0", metavar="X.Y.Z",
-                      help="--layout tfds: the version directory (default 1.0.0)")
+                      help="--layout tfds: the version directory (default 1.0.0), "
+                      "MAJOR.MINOR.PATCH without leading zeros, as TFDS loads it")
   add(parser, "--sink", choices=SINKS, default="shards",
                       help="shards (default): our writer, flat memory and deterministic "
                       "output; beam: Beam's WriteToTFRecord, for runners with a cheap shuffle")
@@ -172,7 +183,10 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   add(policy, "--max-error-rate", type=float, metavar="R",
                       help="fail (exit code 3, after writing the error report) when rejected "
                       "inputs per image seen exceed R (0..1). Warnings, such as a wrong "
-                      "annotated size, do not count. Default: never fail on bad input")
+                      "annotated size, do not count; an annotation file rejected at file "
+                      "level counts as one. Default: rejected images and objects do not fail "
+                      "the run, a file-level rejection does (exit code 4: what the file held "
+                      "is missing in an unknown amount)")
   add(policy, "--strict", action="store_true",
                       help="same as --max-error-rate 0: any rejected input fails the run")
   add(parser, "--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, metavar="N",

@@ -413,7 +413,8 @@ def summary(manifest: Union[Manifest, Dict], output: str,
     # what became of the images left without objects depends on the schema: box schemas
     # keep them as background images, per-image label schemas reject them (not_one_class)
     from beam_tfrecord import schemas
-    image_label = schemas.get(manifest.schema).image_level if manifest.schema else False
+    image_label = any(schemas.get(option).image_level for option in schemas.REGISTRY
+                      if schemas.get(option).name == manifest.schema)  # the manifest: NAME
     lost = errors.by_reason.get("not_one_class", 0)
     fate = (f"images left without a class were not written (not_one_class {lost})"
             if image_label or lost else

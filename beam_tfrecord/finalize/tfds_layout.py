@@ -25,7 +25,11 @@ DATASET_INFO = "dataset_info.json"
 FEATURES = "features.json"
 # TFDS's own rules (core/naming.py, core/utils/version.py)
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
+# TFDS's rule for a dataset version (tensorflow_datasets/core/utils/version.py,
+# _VERSION_RESOLVED_REG: MAJOR.MINOR.PATCH of _NO_LEADING_ZEROS = r"\d|[1-9]\d*"), copied: the
+# launcher does not import TFDS. ASCII digits only (TFDS's \d also takes other scripts' digits,
+# which it then prints as ASCII: a directory it would not find); fullmatch: no trailing newline.
+VERSION_RE = re.compile(r"(?:\d|[1-9]\d*)\.(?:\d|[1-9]\d*)\.(?:\d|[1-9]\d*)", re.ASCII)
 # --schema values of this layout (schemas/tfds_detection.py, schemas/tfds_image_folder.py)
 DETECTION, IMAGE_FOLDER = "tfds-detection", "tfds-image-folder"
 SCHEMAS = (DETECTION, IMAGE_FOLDER)
@@ -48,7 +52,7 @@ def check_options(config) -> None:
   if not NAME_RE.match(config.dataset_name):
     raise ValueError(f"--dataset-name {config.dataset_name!r}: TFDS names are lower case "
                      "letters, digits and '_', starting with a letter (e.g. my_boxes)")
-  if not VERSION_RE.match(config.dataset_version):
+  if not VERSION_RE.fullmatch(config.dataset_version):
     raise ValueError(f"--dataset-version {config.dataset_version!r}: give MAJOR.MINOR.PATCH, "
                      "e.g. 1.0.0")
   if config.sink != "shards":

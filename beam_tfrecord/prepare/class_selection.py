@@ -7,7 +7,9 @@ config validates the options with it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+import difflib
+from typing import (AbstractSet, Dict, FrozenSet, Iterable, List, Optional,
+                    Sequence, Tuple)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,14 +69,55 @@ def unknown_names(selection: ClassSelection, source_names: Iterable[str]) -> Lis
   return [n for n in selection.named() if n not in have]
 
 
+def _listed(names: Iterable[str], limit: int = 40) -> str:
+  have = sorted(set(names))
+  listed = ", ".join(have[:limit]) + (f" ... ({len(have)} in all)" if len(have) > limit else "")
+  return listed or "no classes"
+
+
 def unknown_message(unknown: Sequence[str], source_names: Iterable[str],
                     limit: int = 40) -> str:
   """One line: the unknown names and the classes the source has (at most `limit` listed)."""
-  have = sorted(set(source_names))
-  listed = ", ".join(have[:limit]) + (f" ... ({len(have)} in all)" if len(have) > limit else "")
   what = "is not a class" if len(unknown) == 1 else "are not classes"
   return (f"{', '.join(repr(n) for n in unknown)} {what} of the source; it has: "
-          f"{listed or 'no classes'}")
+          f"{_listed(source_names, limit)}")
+
+
+def _closest(names: Sequence[str], have: AbstractSet[str]) -> Tuple[str, bool]:
+  """'a' (closest: 'b', 'c'), ... for each name, and whether every one had a close name."""
+  shown, all_close = [], True
+  for name in names:
+    close = difflib.get_close_matches(name, sorted(have), n=3)
+    all_close = all_close and bool(close)
+    shown.append(f"{name!r}" + (f" (closest: {', '.join(map(repr, close))})" if close else ""))
+  return ", ".join(shown), all_close
+
+
+def undeclared_message(selection: ClassSelection, declared: Optional[AbstractSet[str]],
+                       where: str, label_map: Optional[AbstractSet[str]] = None,
+                       label_map_uri: str = "") -> Optional[str]:
+  """The launcher's check of the options against the classes known before the run: one line
+  naming each source name the options give that the source does not declare (`declared`,
+  from `where`), with the closest declared names; else each class the selection keeps that
+  --label-map lacks (every object of it would be rejected). None when all fit, or when
+  neither is known (the run's own check, unknown_names, then looks at the data)."""
+  if declared is not None:
+    unknown = [n for n in selection.named() if n not in declared]
+    if unknown:
+      option = "--classes" if selection.keep is not None else "--class-map"
+      shown, all_close = _closest(unknown, declared)
+      what = "is not a class" if len(unknown) == 1 else "are not classes"
+      return (f"{option} {shown} {what} of the source ({where})"
+              + ("" if all_close else f"; it has: {_listed(declared)}"))
+  if label_map is not None:
+    missing = sorted({selection.target(n) or n for n in selection.named()} - set(label_map))
+    if missing:
+      shown, all_close = _closest(missing, label_map)
+      what = "class" if len(missing) == 1 else "classes"
+      return (f"--label-map {label_map_uri} has no {what} {shown}, which --classes/--class-map "
+              "keep: every object of it would be rejected (unknown_class)"
+              + ("" if all_close else f"; it has: {_listed(label_map)}"))
+  return None
 
 
 def select_labels(labels: Sequence[str], selection: ClassSelection

@@ -5,7 +5,7 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
-from beam_tfrecord.prepare import splitting
+from beam_tfrecord.prepare import bounds, splitting
 from beam_tfrecord.records.model import DEFAULT_SPLIT
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.storage import paths
@@ -30,6 +30,10 @@ def _locate_and_assign(ann: ImageAnnotation, fractions: Optional[Mapping[str, fl
   `size` is the file size or InputError when it was looked up already (_locate_batch), or
   the annotation's own size_bytes when its source saw the file (COCO's paths.resolve_sized)."""
   kill_point("parse")
+  too_many = bounds.over_the_bound(ann)  # a format that did not bound it itself
+  if too_many is not None:
+    yield beam.pvalue.TaggedOutput("errors", too_many)
+    return
   try:
     if size is None:
       size = ann.size_bytes if ann.size_bytes is not None else paths.file_size(ann.uri)
@@ -77,7 +81,8 @@ class PrepareImages(beam.PTransform):
   """PCollection[ImageAnnotation] -> (located, split-assigned images, errors).
 
   In: images straight from a source. Out: every image with a split and a file size; images
-  whose file is missing become ErrorRecords. With dedupe, a file annotated twice in one split
+  whose file is missing, or with more objects than any image may have (bounds.py), become
+  ErrorRecords. With dedupe, a file annotated twice in one split
   keeps one annotation here (a shuffle by file and split: a file in two splits is written to
   each); the shard writer does the same inside its own grouping instead
   (shard_plan.ShardPlan.duplicates), which saves that shuffle.

@@ -102,6 +102,9 @@ STAGES = ("parse", "locate", "read", "decode", "validate", "encode", "write")
 LEVELS = ("file", "image", "object", "warning")
 
 
+_ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")
+
+
 @dataclasses.dataclass(frozen=True)
 class ErrorRecord:
   """One rejected input: where it came from, at which stage, and why."""
@@ -111,6 +114,12 @@ class ErrorRecord:
   message: str
   key: Optional[str] = None
   level: str = "image"
+
+  def __post_init__(self):
+    # exception texts can carry object reprs ('<_io.BytesIO object at 0x7f...>'): without
+    # the address, identical runs write identical errors-*.jsonl
+    if " at 0x" in self.message:
+      object.__setattr__(self, "message", _ADDRESS.sub("", self.message))
 
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), ensure_ascii=False, sort_keys=True)

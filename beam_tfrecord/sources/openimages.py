@@ -38,7 +38,8 @@ on local disk (csv HeldRows) and joins one partition at a time.
 
 Largest element and memory, N rows in a file: plan, one header (13 or 21 columns); read, one
 row (at most csv MAX_LINE_BYTES a line); group, one image's rows (Open Images: at most a few
-hundred boxes); line offsets, one entry per range (N / 600,000 for 64 MB ranges); in-process,
+hundred boxes; past sources.base.MAX_OBJECTS_PER_IMAGE rows the image is a too_many_objects
+error, and neither path holds more of its rows than that); line offsets, one entry per range (N / 600,000 for 64 MB ranges); in-process,
 ~2 x 8 MB of buffers plus one partition (file size / 4 MB partitions).
 """
 from __future__ import annotations
@@ -59,7 +60,8 @@ from beam_tfrecord.sources.base import SourceOutput
 from beam_tfrecord.sources.csv.columns import WRONG_WIDTH
 from beam_tfrecord.sources.csv.held import PARTITION_BYTES, SPILL_BUFFER_BYTES
 from beam_tfrecord.sources.csv.readers import (JoinRows, PlanCsv, ReadRows,
-                                               RowsOf, parsed_rows)
+                                               RowsOf, bounded, parsed_rows,
+                                               too_many_rows)
 from beam_tfrecord.storage import lines, paths
 from beam_tfrecord.storage.files import exists, parent, read_text
 
@@ -229,12 +231,15 @@ def _group(element, follow_symlinks: bool,
   """((uri, split, image root, ImageID), [((start, n), Values or None), ...]) -> the image, or
   its error at the line of its first row (`offsets`: a big file's range lines -> file lines)."""
   (uri, split, image_root, image_id), rows = element
-  rows = sorted(rows, key=lambda r: r[0])
+  rows, too_many = bounded(rows)
   start, n = rows[0][0]
+  source = f"{uri}:{(offsets or {}).get((uri, start), 0) + n}"
+  if too_many:
+    yield beam.pvalue.TaggedOutput("errors", too_many_rows(source, image_id + IMAGE_SUFFIX))
+    return
   try:
     yield to_image(uri, split, image_root, image_id, [v for _, v in rows], follow_symlinks)
   except InputError as e:
-    source = f"{uri}:{(offsets or {}).get((uri, start), 0) + n}"
     yield beam.pvalue.TaggedOutput("errors", e.record(source, image_id + IMAGE_SUFFIX))
 
 

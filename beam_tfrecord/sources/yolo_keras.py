@@ -20,8 +20,9 @@ a split word in the file name (2007_train.txt, 2007_val.txt), else for `_annotat
 folder's name (train/, valid/), else the run's default.
 
 Errors: a line that is no `path box ...` (or longer than MAX_LINE_BYTES, or not UTF-8) is an
-image-level malformed_line at its line; a class id out of range an object-level
-class_out_of_range (the line's other boxes are kept); an unreadable file a file-level error.
+image-level malformed_line at its line, one of more than sources.base.MAX_OBJECTS_PER_IMAGE
+boxes a too_many_objects; a class id out of range an object-level class_out_of_range (the
+line's other boxes are kept); an unreadable file a file-level error.
 
 Reading: one line is one image, so no grouping is needed. A file over SPLIT_BYTES is cut into
 byte ranges read by any worker (each line belongs to the range it starts in); error line
@@ -40,7 +41,7 @@ import apache_beam as beam
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
                                          InputError, ObjectAnnotation)
-from beam_tfrecord.sources.base import SourceOutput
+from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE, SourceOutput
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.files import (exists, is_dir, list_dir, open_read,
                                          parent, read_text)
@@ -95,8 +96,8 @@ def parse_classes(text: str) -> Tuple[str, ...]:
 def parse_line(text: str, names: Optional[Sequence[str]]
                ) -> Optional[Tuple[str, List[ObjectAnnotation], List[InputError]]]:
   """(image path, objects, object errors) of one annotation line; None for a blank line.
-  InputError 'malformed_line' for a line that is no `path box box ...` (the image is not
-  converted); a class id out of range of `names` is an object error ('class_out_of_range')
+  InputError 'malformed_line' for a line that is no `path box box ...`, 'too_many_objects'
+  for more than MAX_OBJECTS_PER_IMAGE boxes (the image is not converted); a class id out of range of `names` is an object error ('class_out_of_range')
   and the other boxes are kept. `names` None: class ids are not checked (detect)."""
   tokens = text.split()
   if not tokens:
@@ -105,6 +106,10 @@ def parse_line(text: str, names: Optional[Sequence[str]]
   if _BOX.match(path) or (_LOOKS_NUMERIC.match(path) and "," in path):
     raise InputError("parse", "malformed_line",
                      f"the line starts with {path[:80]!r}, a box, not an image path")
+  if len(tokens) - 1 > MAX_OBJECTS_PER_IMAGE:  # none is built
+    raise InputError("parse", "too_many_objects",
+                     f"{path[:200]} has {len(tokens) - 1:,} boxes, more than the "
+                     f"{MAX_OBJECTS_PER_IMAGE:,} one image may have: the image is not converted")
   for token in tokens[1:]:
     match = _BOX.match(token)
     if match is None:
@@ -327,14 +332,14 @@ def class_names(config) -> Tuple[str, ...]:
   return next(iter(found.values()))
 
 
-def _head_lines(uri: str) -> List[str]:
-  """The complete lines of the first DETECT_HEAD_BYTES of a file (the last one only when the
+def _head_lines(uri: str, limit: int = DETECT_HEAD_BYTES) -> List[str]:
+  """The complete lines of the first `limit` bytes of a file (the last one only when the
   file ends within them), at most DETECT_LINES non-blank ones."""
   from beam_tfrecord.storage.files import head
-  data = head(uri, DETECT_HEAD_BYTES + 1)
-  text = data[:DETECT_HEAD_BYTES].decode("utf-8-sig", "replace")
+  data = head(uri, limit + 1)
+  text = data[:limit].decode("utf-8-sig", "replace")
   lines = text.splitlines()
-  if len(data) > DETECT_HEAD_BYTES and lines:
+  if len(data) > limit and lines:
     lines.pop()  # cut by the head
   return [line for line in lines if line.strip()][:DETECT_LINES]
 
@@ -344,14 +349,18 @@ def check_input(uri: str, allow_absolute: bool) -> None:
   path is relative, or absolute with --allow-absolute-paths (reads the head only)."""
   from beam_tfrecord.sources.checks import check_file
   check_file(uri, "--input")
-  lines = _head_lines(uri)
+  # a first line of thousands of boxes (~20 bytes each) outgrows the head: read it whole
+  lines = _head_lines(uri) or _head_lines(uri, MAX_LINE_BYTES)
   if not lines:
     raise UsageError(f"--input {uri} has no annotation lines: no images to convert")
   try:
     name = parse_line(lines[0], None)[0]
   except InputError as e:
-    raise UsageError(f"--input {uri} is not keras-yolo3 annotation text (path x_min,y_min,"
-                     f"x_max,y_max,class_id ...): its first line: {e.message}") from None
+    if e.reason == "too_many_objects":  # keras-yolo3 text still: the run rejects that image
+      name = lines[0].split()[0]
+    else:
+      raise UsageError(f"--input {uri} is not keras-yolo3 annotation text (path x_min,y_min,"
+                       f"x_max,y_max,class_id ...): its first line: {e.message}") from None
   if is_absolute(name) and not allow_absolute:
     raise UsageError(f"--input {uri}: its first line names the absolute path {name}; "
                      f"{ABSOLUTE_HINT}")

@@ -163,6 +163,6 @@ def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
   except Exception as e:  # a bug or an unforeseen input: report it, never kill the job
     return Converted(None, [], 0, False, errors + [ErrorRecord(
         source=ann.source, stage="encode", reason="unexpected_error", key=ann.key,
-        message=f"{type(e).__name__}: {e}")])
+        message=images.exception_text(e))])
   return Converted(encoded.records, encoded.labels, encoded.clipped,
                    prepared.source.orientation != 1, errors + encoded.errors)

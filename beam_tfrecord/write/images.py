@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import re
 from typing import Optional, Tuple
 
 from PIL import Image, ImageOps
@@ -44,6 +45,18 @@ _SIGNATURES = (
     (b"MM\x00*", "tiff"),
 )
 _PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
+
+
+# Object reprs in exception texts carry the object's address, which differs from run to run:
+# Pillow's 'cannot identify image file <_io.BytesIO object at 0x7f...>' names only our buffer
+# (dropped), any other repr keeps its type.
+_BUFFER_REPR = re.compile(r" ?<_io\.\w+ object at 0x[0-9A-Fa-f]+>")
+_ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")
+
+
+def exception_text(e: BaseException) -> str:
+  """'Type: message' of an exception, the same in every run (no object addresses)."""
+  return _ADDRESS.sub("", _BUFFER_REPR.sub("", f"{type(e).__name__}: {e}"))
 
 
 def sniff_format(data: bytes) -> Optional[str]:
@@ -176,7 +189,7 @@ def probe(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageInfo:
   except Image.DecompressionBombError as e:
     raise InputError("decode", "decompression_bomb", str(e)) from None
   except Exception as e:  # Pillow raises many types for bad headers
-    raise InputError("decode", "corrupt_image", f"{type(e).__name__}: {e}") from None
+    raise InputError("decode", "corrupt_image", exception_text(e)) from None
   if width <= 0 or height <= 0:
     raise InputError("decode", "corrupt_image", f"image has size {width}x{height}")
   _check_complete(data, fmt)
@@ -293,12 +306,12 @@ def prepare(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS,
         with Image.open(io.BytesIO(data)) as image:
           image.load()
       except Exception as e:
-        raise InputError("decode", "corrupt_image", f"{type(e).__name__}: {e}") from None
+        raise InputError("decode", "corrupt_image", exception_text(e)) from None
     return PreparedImage(encoded=data, info=source, source=source)
   try:
     encoded = _reencode(data, source, upright, size, fmt, pre.jpeg_quality)
   except InputError:
     raise
   except Exception as e:
-    raise InputError("decode", "corrupt_image", f"{type(e).__name__}: {e}") from None
+    raise InputError("decode", "corrupt_image", exception_text(e)) from None
   return PreparedImage(encoded=encoded, info=probe(encoded, max_pixels), source=source)

@@ -54,6 +54,13 @@ def test_convert_help_mentions_every_option():
       assert action.help and action.help.strip(), f"{action.option_strings} has no help"
 
 
+def test_class_map_help_says_the_pairs_apply_at_once():
+  """cat=dog,dog=person maps cats to dog and dogs to person, never cat to person (tested in
+  tests/prepare/test_class_selection.py): --help says so."""
+  text = " ".join(a.help for a in cli.convert_options() if "--class-map" in a.option_strings)
+  assert "at once, not one after another" in text and "never cat as person" in text
+
+
 def test_demo_help_and_version(capsys):
   from beam_tfrecord import __version__
   with pytest.raises(SystemExit) as e:
@@ -328,6 +335,73 @@ def test_demo_refuses_a_folder_it_did_not_make(tmp_path, capsys):
   assert err.count("\n") == 1 and err.startswith("beam-tfrecord: error: demo --output ")
   assert "did not write (data)" in err
   assert _tree(tmp_path / "mine") == before
+
+
+def _demo_data(tmp_path: Path) -> Path:
+  """A folder as the demo leaves it before converting: claimed, data/ made and listed."""
+  from beam_tfrecord.cli import demo
+  folder = tmp_path / "demo"
+  demo.claim_demo_folder(str(folder))
+  demo.make_data(str(folder), 3)
+  return folder
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda d: (d / "instances_train.json").write_text('{"images": []}'),
+     "holds data/instances_train.json, changed since the demo wrote it"),
+    (lambda d: (d / "images" / "mine.jpg").write_bytes(b"\xff\xd8 a photo of mine"),
+     "holds data/images/mine.jpg, which the demo did not write"),
+    (lambda d: (d / "mine").mkdir(), "holds data/mine, which the demo did not write"),
+    (lambda d: os.symlink(d.parent.parent / "elsewhere", d / "images" / "elsewhere"),
+     "holds data/images/elsewhere, which the demo did not write"),
+    (lambda d: (d / "train_labels.csv").unlink() or os.symlink(
+        d / "val_labels.csv", d / "train_labels.csv"),
+     "holds data/train_labels.csv, changed since the demo wrote it"),
+])
+def test_demo_replaces_only_the_data_it_wrote(tmp_path, capsys, change, words):
+  """The marker lists what the demo wrote under data/ (name, size, SHA-256): anything else
+  there is the user's, and the demo stops with one line, exit 2, every byte as it was."""
+  folder = _demo_data(tmp_path)
+  change(folder / "data")
+  before = _tree(folder)
+  assert cli.main(["demo", "--output", str(folder)]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and words in err, err
+  assert _tree(folder) == before
+
+
+def test_demo_data_checks_that_pass(tmp_path):
+  from beam_tfrecord.cli import demo
+  folder = _demo_data(tmp_path)
+  listed = json.loads((folder / cli.DEMO_MARKER).read_text())["data"]
+  assert listed["images"] is None and len(listed["instances_train.json"][1]) == 64
+  (folder / "data" / "val_labels.csv").unlink()  # a file of the demo's removed: still its own
+  leftover = folder / demo.DEMO_STAGING  # a run killed while making the next data/
+  (leftover / "images").mkdir(parents=True)
+  (leftover / "images" / "half.jpg").write_bytes(b"\xff")
+  demo.claim_demo_folder(str(folder))
+  assert not leftover.exists() and (folder / "data" / "train_labels.csv").is_file()
+  demo.make_data(str(folder), 2)  # replaced, listed anew
+  assert sorted(p.name for p in (folder / "data" / "images").iterdir()) == sorted(
+      n.split("/")[1] for n in json.loads((folder / cli.DEMO_MARKER).read_text())["data"]
+      if n.startswith("images/"))
+  demo.claim_demo_folder(str(folder))
+
+
+def test_demo_refuses_data_under_an_earlier_marker(tmp_path, capsys):
+  """An earlier demo's marker (a sentence, no listing): data/ cannot be told from the user's."""
+  folder = tmp_path / "old"
+  (folder / "data").mkdir(parents=True)
+  (folder / cli.DEMO_MARKER).write_text("made by `beam-tfrecord demo`\n")
+  (folder / "data" / "instances_train.json").write_text("{}")
+  before = _tree(folder)
+  assert cli.main(["demo", "--output", str(folder)]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "kept no list of its files" in err
+  assert _tree(folder) == before
+  (folder / "data" / "instances_train.json").unlink()  # an empty data/: nothing to lose
+  from beam_tfrecord.cli import demo
+  demo.claim_demo_folder(str(folder))
 
 
 @pytest.mark.parametrize("command", ["convert", "demo"])

@@ -75,3 +75,95 @@ def test_output_with_glob_characters_is_refused_up_front():
   from beam_tfrecord.config import ConvertConfig
   with pytest.raises(ValueError, match="pattern"):
     ConvertConfig(format="coco", inputs=["a.json"], output="/tmp/out[1]").validate()
+
+
+# ---------------------------------------------------------------------------------------------
+# Options that used to fail only after the whole run (issue 30): refused before running
+
+
+def test_dataset_version_follows_tfds_own_rule():
+  """finalize/tfds_layout.VERSION_RE is TFDS's regex, copied (the launcher does not import
+  TFDS): every version it accepts, TFDS loads; leading zeros (01.2.3), which TFDS refuses,
+  are exit 2."""
+  import tensorflow_datasets as tfds
+  for version in ("1.0.0", "0.0.0", "10.20.300", "01.2.3", "1.02.3", "1.2.03", "00.0.0", "1.2",
+                  "1.2.3.4", "v1.2.3", "1.2.x", "-1.2.3", "1.2.3 ", ""):
+    config = ConvertConfig(format="csv", inputs=["a.csv"], output="/o", layout="tfds",
+                           dataset_name="ok", dataset_version=version)
+    try:
+      config.validate()
+      ours = True
+    except ValueError as e:
+      assert "--dataset-version" in str(e) and "MAJOR.MINOR.PATCH" in str(e), e
+      ours = False
+    assert ours == tfds.core.Version.is_valid(version), version
+  # where TFDS's \d and $ are looser than the directory it then looks for
+  for version in ("1.2.3\n", "\u0661.2.3"):
+    with pytest.raises(ValueError, match="--dataset-version"):
+      ConvertConfig(format="csv", inputs=["a.csv"], output="/o", layout="tfds",
+                    dataset_name="ok", dataset_version=version).validate()
+
+
+def test_dataset_version_with_leading_zeros_is_exit_2(dataset, tmp_path, capsys):
+  out = tmp_path / "o"
+  code = cli.main(["convert", "--format=csv", *dataset.inputs("csv"), "--output", str(out),
+                   "--layout", "tfds", "--dataset-name", "ok", "--dataset-version", "01.2.3",
+                   "--runner=FnApiRunner"])
+  err = capsys.readouterr().err
+  assert code == 2 and err.count("\n") == 1, err
+  assert "--dataset-version '01.2.3': give MAJOR.MINOR.PATCH, numbers without leading zeros" \
+      in err
+  assert not out.exists()
+
+
+def _resolved(tmp_path, template: str, **settings) -> ConvertConfig:
+  from beam_tfrecord.config import resolve
+  return resolve(ConvertConfig(format="coco", inputs=["train=a.json", "validation=b.json"],
+                               output=str(tmp_path / "o"), shard_name_template=template,
+                               **settings))
+
+
+def test_shard_names_longer_than_a_file_name_are_refused(tmp_path):
+  from beam_tfrecord.errors import UsageError
+  pad = "x" * (255 - len("validation-0-1.rec"))  # 255 bytes with the longest split
+  _resolved(tmp_path, pad + "{split}-{index}-{count}.rec")  # fits: accepted
+  with pytest.raises(UsageError, match=r"gives names of 256 bytes \(split 'validation', index "
+                     r"0, num_shards 1, count 1\); a file name may have at most 255 bytes$"):
+    _resolved(tmp_path, pad + "{split}-{index}-{count}.recx")
+  # bytes, not characters: 'é' is two
+  with pytest.raises(UsageError, match="gives names of 272 bytes"):
+    _resolved(tmp_path, "é" * 127 + "{split}-{index}-{count}.rec")
+  # the largest index, shard count and record count the options allow
+  fits = "x" * (255 - len("validation-9-of-10-1.rec")) + \
+      "{split}-{index}-of-{num_shards}-{count}.rec"
+  _resolved(tmp_path, fits, num_shards=10)
+  with pytest.raises(UsageError, match=r"index 99, num_shards 100, count 1\)"):
+    _resolved(tmp_path, fits, num_shards=100)
+  with pytest.raises(UsageError, match=r"index 0, num_shards 1, count 1000\)"):
+    _resolved(tmp_path, fits, records_per_shard=1000)
+  # padding counts as given
+  with pytest.raises(UsageError, match="gives names of 311 bytes"):
+    _resolved(tmp_path, "{split}-{index:0300d}")
+  # an earlier output's kept shards are linked under NAME.link-PID first
+  with pytest.raises(UsageError, match="at most 239 bytes here"):
+    _resolved(tmp_path, "x" * 230 + "{split}-{index}-{count}.rec", plan_from=str(tmp_path / "e"))
+
+
+@pytest.mark.e2e
+def test_long_shard_name_template_is_exit_2_before_running(dataset, tmp_path, capsys):
+  """Was exit 1 after the whole run (the rename to a 260-byte name failed); now one line,
+  exit 2, and no output directory. A name of 255 bytes is written and read back."""
+  out = tmp_path / "o"
+  args = ["convert", "--format=csv", *dataset.inputs("csv"), "--runner=FnApiRunner"]
+  code = cli.main([*args, "--output", str(out), "--shard-name-template",
+                   "x" * 250 + "{split}-{index}.tfrecord"])
+  err = capsys.readouterr().err
+  assert code == 2 and err.count("\n") == 1, err
+  assert "a file name may have at most 255 bytes" in err and not out.exists()
+  template = "x" * (255 - len("train-0")) + "{split}-{index}"  # 'train' is the longest split
+  assert cli.main([*args, "--output", str(out), "--num-shards", "1",
+                   "--shard-name-template", template]) == 0
+  from conftest import read_shard
+  names = sorted(p.name for p in out.iterdir() if p.name.startswith("x"))
+  assert [len(n) for n in names] == [255, 253]  # train-0, val-0
+  assert sum(len(read_shard(out / n)) for n in names) == len(dataset.images)

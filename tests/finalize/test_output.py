@@ -165,7 +165,7 @@ def test_summary_counts_errors_without_warnings():
 
 
 @pytest.mark.parametrize("schema, reasons, fate", [
-    ("od-api", {"excluded_class": 4}, "images left without objects were kept as background"),
+    ("od_api", {"excluded_class": 4}, "images left without objects were kept as background"),
     ("classification", {"excluded_class": 4, "not_one_class": 2},
      "images left without a class were not written (not_one_class 2)"),
     ("tutorial", {"excluded_class": 4}, "images left without a class were not written"),

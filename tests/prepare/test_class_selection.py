@@ -190,3 +190,139 @@ def test_malformed_options_are_exit_2(dataset, tmp_path, capsys):
   assert run.code == 2 and "--class-map 'cat': give OLD=NEW" in run.stderr
   assert not (tmp_path / "out").exists()
 
+
+# ---------------------------------------------------------------------------------------------
+# --class-map maps every class at once, never along a chain
+
+
+def test_class_map_is_simultaneous_not_a_chain():
+  sel = class_selection.parse(None, "cat=dog,dog=person")
+  assert [sel.target(n) for n in ("cat", "dog", "person")] == ["dog", "person", "person"]
+  [image], _ = select_image(_ann(["cat", "dog", "person"]), sel)
+  assert [o.label for o in image.objects] == ["dog", "person", "person"]  # cat is not person
+
+
+@pytest.mark.e2e
+def test_class_map_is_simultaneous_end_to_end(dataset, tmp_path, capsys):
+  """cat=dog,dog=person: the cats are written as dog, the dogs as person (not cat -> dog ->
+  person); read back with TensorFlow."""
+  run = convert(["--format=csv", *dataset.inputs("csv"), "--output", str(tmp_path / "out"),
+                 "--class-map", "cat=dog,dog=person"], capsys)
+  _check(run, dataset.images, dataset.image_dir, None, {"cat": "dog", "dog": "person"},
+         {"dog": 1, "person": 2})
+  source = collections.Counter(b[0] for im in dataset.images for b in im.boxes)
+  written = collections.Counter(t.decode() for e in run.examples
+                                for t in e["image/object/class/text"])
+  assert source["cat"] and source["dog"]
+  assert written == {"dog": source["cat"], "person": source["dog"] + source["person"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# A name the source does not declare: found at launch where the classes are known cheaply
+
+
+def test_undeclared_message_names_the_closest():
+  sel = class_selection.parse("person,dgo", None)
+  assert class_selection.undeclared_message(sel, None, "x") is None  # unknown: the run checks
+  assert class_selection.undeclared_message(sel, {"cat", "dog", "person"}, "its COCO "
+                                            "categories") == (
+      "--classes 'dgo' (closest: 'dog') is not a class of the source (its COCO categories)")
+  far = class_selection.parse(None, "zebra=horse,caat=pet")
+  assert class_selection.undeclared_message(far, {"cat", "dog"}, "its class folders") == (
+      "--class-map 'caat' (closest: 'cat'), 'zebra' are not classes of the source (its class "
+      "folders); it has: cat, dog")
+  # a --label-map holds the classes written: what the selection keeps, renamed
+  renamed = class_selection.parse("cat,dog", "cat=pett")
+  assert class_selection.undeclared_message(renamed, {"cat", "dog"}, "w", {"pet", "dog"},
+                                            "l.pbtxt") == (
+      "--label-map l.pbtxt has no class 'pett' (closest: 'pet'), which --classes/--class-map "
+      "keep: every object of it would be rejected (unknown_class)")
+  assert class_selection.undeclared_message(class_selection.parse("cat,dog", "cat=pet"),
+                                            {"cat", "dog"}, "w", {"pet", "dog"}) is None
+
+
+def test_coco_categories_are_read_only_when_the_head_holds_them():
+  import json
+
+  from beam_tfrecord.sources import declared
+  from beam_tfrecord.sources.coco.head import LAUNCH_HEAD_BYTES
+  categories = [{"id": 1, "name": "cat", "supercategory": {"deep": [[1]]}},
+                {"id": 2, "name": "dog", "keypoints": ["name"]}]
+  first = json.dumps({"categories": categories, "images": [], "annotations": []}).encode()
+  assert declared.coco_categories(first) == {"cat", "dog"}
+  # the official layout, categories last: past the head of a large file, not known
+  images = [{"id": i, "file_name": f"{i:012d}.jpg", "width": 640, "height": 480}
+            for i in range(LAUNCH_HEAD_BYTES // 60)]
+  last = json.dumps({"images": images, "annotations": [], "categories": categories}).encode()
+  assert len(last) > LAUNCH_HEAD_BYTES
+  assert declared.coco_categories(last[:LAUNCH_HEAD_BYTES]) is None
+  cut = json.dumps({"categories": categories}).encode()[:-3]  # the head ends inside them
+  assert declared.coco_categories(cut) is None
+  assert declared.coco_categories(b'{"categories": {"name": "x"}}') is None
+  assert declared.coco_categories(b"[" * 100_000 + b'"categories"') is None
+
+
+def _typo_sources(dataset, root):
+  """(format, convert arguments, where the names come from, a typo, its closest) per format
+  whose classes are known at launch, written as the real tools write them."""
+  import layouts_cvat
+  import layouts_openimages as oi
+  import layouts_yolo_keras as lk
+  yaml_path = layouts.write_ultralytics(dataset.images, dataset.image_dir, root / "yolo")
+  folders = layouts.write_class_folders(dataset.images, dataset.image_dir, root / "folders")
+  xml = layouts_cvat.write_cvat(dataset.images, dataset.image_dir, root / "cvat")
+  oi_root = oi.write_openimages(dataset.images, dataset.image_dir, root / "oi")
+  keras = lk.write_yolo_keras(dataset.images, dataset.image_dir, root / "keras")
+  label_map = layouts.write_label_map(root / "map.pbtxt", dataset.sorted_name_ids())
+  return {
+      "coco": (["--format=coco", *dataset.inputs("coco")], "its COCO categories"),
+      "yolo": (["--input", str(yaml_path)], "the names of its dataset yaml"),
+      "folders": (["--input", str(folders)], "its class folders"),
+      "cvat": (["--format=cvat", "--input", str(xml)], "the labels of its <meta>"),
+      "openimages": (["--input", f"train={oi_root / 'oidv6-train-annotations-bbox.csv'}",
+                      "--images", f"train={oi_root / 'train'}"], "its class descriptions"),
+      "yolo-keras": (["--input", str(keras / "2007_train.txt"), "--allow-absolute-paths",
+                      "--classes-file", str(keras / "model_data" / "voc_classes.txt")],
+                     "its classes file"),
+      "label-map": (["--format=csv", *dataset.inputs("csv"), "--label-map", str(label_map)],
+                    None),
+  }
+
+
+@pytest.mark.parametrize("source", ["coco", "yolo", "folders", "cvat", "openimages",
+                                    "yolo-keras", "label-map"])
+@pytest.mark.parametrize("option", ["--classes", "--class-map"])
+def test_a_typo_is_exit_2_before_anything_runs(dataset, tmp_path, capsys, monkeypatch,
+                                               source, option):
+  """One line naming the typo and the closest declared name, exit 2, no output directory, and
+  no pipeline built: the names were checked at launch, not after the whole conversion."""
+  from beam_tfrecord.cli import convert as convert_command
+
+  def no_pipeline(*args, **kwargs):
+    raise AssertionError("the pipeline was built")
+
+  monkeypatch.setattr(convert_command, "build_pipeline", no_pipeline)
+  args, where = _typo_sources(dataset, tmp_path / "src")[source]
+  right, typo = ("Dog", "Dgo") if source == "openimages" else ("dog", "dgo")
+  selection = [option, f"{right},{typo}" if option == "--classes" else f"{typo}=pet"]
+  out = tmp_path / "out"
+  run = convert([*args, "--output", str(out), *selection], capsys)
+  assert run.code == 2 and run.stderr.count("\n") == 1, run.stderr
+  if where:
+    assert run.stderr == (f"beam-tfrecord: error: {option} '{typo}' (closest: '{right}') is "
+                          f"not a class of the source ({where})\n")
+  else:  # CSV declares nothing: the label map holds the classes the run can write
+    missing = typo if option == "--classes" else "pet"
+    assert run.stderr.startswith(f"beam-tfrecord: error: --label-map {tmp_path / 'src'}/"
+                                 f"map.pbtxt has no class '{missing}'")
+  assert not out.exists()
+
+
+@pytest.mark.parametrize("fmt", ["voc", "csv"])
+def test_sources_that_declare_nothing_leave_the_check_to_the_run(dataset, fmt):
+  from beam_tfrecord.config import ConvertConfig
+  from beam_tfrecord.sources import declared, registry
+  inputs = [a.split("=", 1)[1] for a in dataset.inputs(fmt) if a.startswith("--input=")]
+  config = ConvertConfig(format=fmt, inputs=inputs or [str(dataset.voc_dir)], output="/o",
+                         classes="dgo")
+  assert declared.declared_classes(registry.options_of(config)) is None

@@ -59,3 +59,14 @@ def test_dataclass_coder_follows_new_fields():
   decoded = coder.decode(coder.encode(value))
   assert decoded == value
   assert isinstance(decoded.objects[0].box, Box) and isinstance(decoded.masks[0], Mask)
+
+
+def test_error_messages_carry_no_object_addresses():
+  """Issue 30 (minor): an exception text with an object repr made errors-*.jsonl differ
+  between identical runs; every ErrorRecord drops the address, whatever module made it."""
+  from beam_tfrecord.records.model import ErrorRecord
+  made = [ErrorRecord(source="s", stage="parse", reason="unreadable", key="k", message=(
+      f"OSError: cannot read <_io.BytesIO object at 0x7f{n:x}a0> or <Foo object at 0x{n}>"))
+      for n in (0x1234, 0x99)]
+  assert made[0].to_json() == made[1].to_json()
+  assert made[0].message == "OSError: cannot read <_io.BytesIO object> or <Foo object>"

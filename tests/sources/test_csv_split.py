@@ -379,3 +379,65 @@ def test_a_big_classification_listing_gives_image_labels(tmp_path):
   assert _run(inputs, tmp_path, "split", split_bytes=120)[:2] == whole
   images, errors = whole
   assert errors == [] and len(images) == 10 and all("labels=(" in i for i in images)
+
+
+# ---------------------------------------------------------------------------------------------
+# Objects per image: sources.base.MAX_OBJECTS_PER_IMAGE rows at most
+
+
+def test_an_image_over_the_bound_is_one_error_in_every_path(tmp_path):
+  """A Roboflow export whose big.jpg has BOUND + 1 rows and full.jpg BOUND (plus the image
+  file beside the CSV, which is no row), their rows interleaved over many ranges: big.jpg is
+  one too_many_objects error at its first line, full.jpg keeps all its boxes, alike whole,
+  in ranges, and joined through spill files."""
+  import json
+
+  from bad_data import jpeg, write_bytes
+
+  from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE as BOUND
+  folder = tmp_path / "train"
+  for name in ("big.jpg", "full.jpg", "small.jpg"):
+    write_bytes(str(folder / name), jpeg())
+  rows = ["small.jpg,64,48,dog,1,2,3,4"]
+  for i in range(BOUND + 1):
+    rows.append(f"big.jpg,64,48,cat,1,2,3,{5 + i % 40}")
+    if i < BOUND:
+      rows.append(f"full.jpg,64,48,cat,1,2,3,{5 + i % 40}")
+  path = folder / "_annotations.csv"
+  path.write_text(HEADER + "\n" + "\n".join(rows) + "\n")
+  inputs = [("train", str(path), str(folder))]
+  results = [_run(inputs, tmp_path, name, **options)[:2]
+             for name, options in (("whole", {}), ("split", {"split_bytes": 1 << 16}),
+                                   ("joined", {"split_bytes": 1 << 16, "in_process": True}))]
+  assert results[0] == results[1] == results[2]
+  images, errors = results[0]
+  [error] = [json.loads(e) for e in errors]
+  assert (error["reason"], error["level"], error["key"], error["source"]) == (
+      "too_many_objects", "image", "big.jpg", f"{path}:3")
+  assert error["message"] == (f"big.jpg has more than {BOUND:,} rows, the most objects one "
+                              "image may have: the image is not converted")
+  assert [image.split("key='")[1].split("'")[0] for image in images] == ["full.jpg",
+                                                                         "small.jpg"]
+  assert images[0].count("ObjectAnnotation(") == BOUND
+
+
+def test_held_rows_keep_no_more_of_an_image_than_the_bound(tmp_path):
+  """Rows spilled to disk past a small buffer: an image of 3 x BOUND rows comes back as its
+  first BOUND + 1 (enough to reject it), the batches loaded one at a time; others whole."""
+  from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE as BOUND
+  from beam_tfrecord.sources.csv import readers
+  held = csv_source.HeldRows(partitions=1, buffer_bytes=50_000)
+  for line in range(2, 3 * BOUND + 2):
+    held.add("big.jpg", (None, "big.jpg", line, 64, 48, "cat", (1.0, 2.0, 3.0, 4.0)))
+  held.add("small.jpg", (None, "small.jpg", 3 * BOUND + 2, 64, 48, "dog", (1.0, 2.0, 3.0, 4.0)))
+  try:
+    assert held.spill is not None and len(held.spill.written) == 1
+    images = held.images(0)
+    assert [row[0] for row in images[(None, "big.jpg")]] == [
+        (0, line) for line in range(2, BOUND + 3)]
+    assert len(images[(None, "small.jpg")]) == 1
+    assert readers.bounded(images[(None, "big.jpg")]) == ([images[(None, "big.jpg")][0]], True)
+    assert readers.bounded(iter(images[(None, "big.jpg")][:BOUND][::-1])) == (
+        images[(None, "big.jpg")][:BOUND], False)
+  finally:
+    held.close()

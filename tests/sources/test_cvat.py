@@ -25,6 +25,7 @@ from PIL import Image
 from beam_tfrecord.errors import EXIT_USAGE
 from beam_tfrecord.records.model import InputError
 from beam_tfrecord.sources import cvat, detect, voc
+from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE
 from beam_tfrecord.sources.cvat import byte_ranges
 
 
@@ -195,14 +196,92 @@ def test_broken_files_stop_where_they_break():
       ["malformed_xml"]
 
 
-def test_one_image_over_its_budget_stops_the_file(monkeypatch):
-  big = _doc(3).replace(b'name="im_001.jpg" width="100" height="80">',
-                        b'name="im_001.jpg" width="100" height="80">'
-                        + b'<points label="cat" points="1,1"/>' * 4000)
+def _names(items):
+  return [i[1].name for i in items if i[0] == "image"]
+
+
+def _rejected(items):
+  return sorted((i[1].reason, i[2], i[3]) for i in items if i[0] == "error")
+
+
+def _in_image(data: bytes, name: str, inside: bytes) -> bytes:
+  """data with `inside` put first in the <image> named `name` (of _doc)."""
+  tag = f'name="{name}" width="100" height="80">'.encode()
+  return data.replace(tag, tag + inside)
+
+
+@pytest.mark.parametrize("step", [None, 97, 1000])
+def test_one_image_over_a_budget_rejects_that_image_alone(monkeypatch, step):
+  """An image over its byte budget, one nested too deep (in the same 64 kB chunk as the images
+  around it) and one with a bad width: each is an image error naming it; the other images
+  are read, the file whole or in ranges, each once."""
   monkeypatch.setattr(byte_ranges, "MAX_ELEMENT_BYTES", 16 << 10)  # + one 64 kB chunk
-  items = _items(big)
-  assert [i[1].name for i in items if i[0] == "image"] == ["im_000.jpg"]
-  assert [(i[1].reason, i[2]) for i in items if i[0] == "error"] == [("too_large", "file")]
+  data = _in_image(_doc(7), "im_001.jpg", b'<points label="cat" points="1,1"/>' * 4000)
+  data = _in_image(data, "im_003.jpg", b'<box label="cat">' + b"<a>" * 40 + b"</a>" * 40
+                   + b"</box>")
+  data = data.replace(b'name="im_005.jpg" width="100"', b'name="im_005.jpg" width="-3"')
+  meta = cvat.read_meta(io.BytesIO(data))
+  items = []
+  for start, end in cvat.ranges(len(data), True, step or len(data)):
+    items += _items(data, start, end, meta)
+  assert _names(items) == ["im_000.jpg", "im_002.jpg", "im_004.jpg", "im_006.jpg"]
+  assert _rejected(items) == [("too_deep", "image", "im_003.jpg"),
+                              ("too_large", "image", "im_001.jpg"),
+                              ("wrong_type", "image", "im_005.jpg")]
+  messages = {i[3]: i[1].message for i in items if i[0] == "error"}
+  assert messages["im_001.jpg"].startswith("image 'im_001.jpg': one element holds more than")
+  assert messages["im_003.jpg"].endswith("elements; the image is not converted")
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 16])
+def test_range_pieces_never_run_past_an_image_tag(chunk):
+  """What parse_range resumes on after a rejected image: however the chunks fall, each piece
+  is the file's bytes up to its offset, and holds an `<image` tag only at its start."""
+  data = _doc(9)
+  for start, end in ((0, len(data)), (150, 900), (900, len(data))):
+    at = data.index(b"<image ", start) if start else 0
+    pieces = list(byte_ranges.range_bytes(io.BytesIO(data), start, end, chunk=chunk))
+    for piece, offset in pieces[:-1] if end < len(data) else pieces:  # (the closing tag)
+      assert data[at:offset] == piece and b"<image " not in piece[1:], (start, piece)
+      at = offset
+    assert at == (len(data) if end == len(data) else data.index(b"<image ", end))
+
+
+def test_an_image_over_its_budget_stops_a_file_that_cannot_be_cut(monkeypatch):
+  """UTF-16 cannot be read from an image's tag on: there the image stops the file."""
+  monkeypatch.setattr(byte_ranges, "MAX_ELEMENT_BYTES", 16 << 10)
+  data = _in_image(_doc(3), "im_001.jpg", b'<points label="cat" points="1,1"/>' * 4000)
+  data = data.decode().replace('encoding="utf-8"', 'encoding="utf-16"').encode("utf-16")
+  meta = cvat.read_meta(io.BytesIO(data))
+  assert not meta.splittable
+  items = _items(data, meta=meta)
+  assert _names(items) == ["im_000.jpg"]
+  assert _rejected(items) == [("too_large", "file", None)]
+
+
+def test_elements_per_image_are_bounded(monkeypatch):
+  """With the real MAX_OBJECTS_PER_IMAGE: an image of that many elements is read whole; one
+  more rejects that image alone (too_many_objects, naming it), the element past the bound
+  is not kept, and the next image is read."""
+  from beam_tfrecord.sources.cvat import document
+  bound = MAX_OBJECTS_PER_IMAGE
+  box = b'<box label="dog" occluded="0" xtl="1" ytl="2" xbr="5" ybr="6" z_order="0"/>'
+  # each image of _doc has one box already
+  data = _in_image(_in_image(_doc(3), "im_000.jpg", box * (bound - 1)), "im_001.jpg",
+                   box * bound)
+  kept = {}
+  image_item = document._RangeReader._image
+
+  def spy(reader, element, elements):
+    kept[element.get("name")] = len(element)
+    return image_item(reader, element, elements)
+  monkeypatch.setattr(document._RangeReader, "_image", spy)
+  items = _items(data)
+  assert _names(items) == ["im_000.jpg", "im_002.jpg"]
+  assert len(items[1][1].objects) == bound
+  assert _rejected(items) == [("too_many_objects", "image", "im_001.jpg")]
+  assert f"image 'im_001.jpg' has {bound + 1:,} elements" in items[2][1].message
+  assert kept == {"im_000.jpg": bound, "im_001.jpg": bound, "im_002.jpg": 1}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,8 +362,9 @@ def test_bad_elements_and_files_become_error_records(small_dataset, tmp_path, mo
   text = cut.read_bytes()
   cut.write_bytes(text[:text.index(f'name="{second[2].file_name}"'.encode()) + 10])
   monkeypatch.setattr(byte_ranges, "RANGE_BYTES", 300)  # the job's file is read in ~15 ranges
+  # a file-level error fails the run unless --max-error-rate accepts rejections
   run = convert(["--format", "cvat", "--input", str(good), "--input", str(cut),
-                 "--output", str(tmp_path / "out"), RUNNER])
+                 "--max-error-rate", "1", "--output", str(tmp_path / "out"), RUNNER])
   assert run.code == 0
   read = first + second[:2]
   layouts.check_od_examples(run, read, ds.image_dir, _ids(read), lambda im: "train")
@@ -301,6 +381,34 @@ def test_bad_elements_and_files_become_error_records(small_dataset, tmp_path, mo
   (broken,) = run.errors_where(reason="malformed_xml")  # in the cut file's last range
   assert re.search(r"\d image\(s\) of the range from byte \d+ were read before it, the rest "
                    "is not", broken["message"]), broken
+
+
+@pytest.mark.e2e
+def test_an_image_over_a_budget_is_rejected_alone(small_dataset, tmp_path):
+  """A task export (real budgets) where one image holds a 4 MB attribute value, one nests too
+  deep and one has MAX_OBJECTS_PER_IMAGE + 1 boxes: each is one image error naming it, and
+  every other image of the file is converted with its boxes."""
+  ds = small_dataset
+  big, deep, many = ds.images[1], ds.images[3], ds.images[4]
+  label = ds.images[0].boxes[0][0] if ds.images[0].boxes else "cat"
+  box = box_attrs(label, 1, 1, 9, 9)
+  over = byte_ranges.MAX_ELEMENT_BYTES + 2 * byte_ranges.CHUNK_BYTES  # read a chunk at a time
+  extra = {big.file_name: [("box", box, [("note", "x" * over)])],
+           deep.file_name: [("box", box, [("note", "DEEP")])],
+           many.file_name: [("box", box)] * (MAX_OBJECTS_PER_IMAGE + 1)}
+  xml = write_cvat(ds.images, ds.image_dir, tmp_path / "export", extra=extra)
+  xml.write_bytes(xml.read_bytes().replace(b">DEEP<", b">" + b"<a>" * 40 + b"</a>" * 40 + b"<"))
+  run = convert(["--input", str(xml), "--output", str(tmp_path / "out"), RUNNER])
+  assert run.code == 0, run.stderr
+  kept = [im for im in ds.images if im not in (big, deep, many)]
+  layouts.check_od_examples(run, kept, ds.image_dir, run.manifest["label_map"],
+                            lambda im: "train")
+  assert sorted((e["reason"], e["level"], e["key"], e["source"]) for e in run.errors) == sorted(
+      [("too_large", "image", big.file_name, str(xml)),
+       ("too_deep", "image", deep.file_name, str(xml)),
+       ("too_many_objects", "image", many.file_name, str(xml))])
+  for error in run.errors:
+    assert f"image {error['key']!r}" in error["message"], error
 
 
 @pytest.mark.e2e
@@ -342,6 +450,9 @@ def test_bad_command_lines_exit_2_with_one_line(small_dataset, tmp_path, capsys)
   xml = write_cvat(ds.images, ds.image_dir, tmp_path / "export", save_images=False)
   old = tmp_path / "old.xml"
   old.write_bytes(xml.read_bytes().replace(b"<version>1.1", b"<version>1.0"))
+  dtd = tmp_path / "dtd.xml"
+  dtd.write_bytes(xml.read_bytes().replace(
+      b"?>", b'?>\n<!DOCTYPE annotations [<!ENTITY who "cvat">]>', 1))
   voc_xml = tmp_path / "voc.xml"
   voc_xml.write_text("<annotation><filename>a.jpg</filename></annotation>")
   (tmp_path / "empty").mkdir()
@@ -349,6 +460,8 @@ def test_bad_command_lines_exit_2_with_one_line(small_dataset, tmp_path, capsys)
       ([str(tmp_path / "missing.xml")], "no such file"),
       ([str(voc_xml)], "not a CVAT XML file"),
       ([str(old)], "version 1.0"),
+      ([str(dtd)], f"--input {dtd}: the XML declares a DTD or entities (DTDForbidden): DTDs "
+                   "and entities are refused (unsafe XML)"),
       ([str(tmp_path / "empty")], "annotations.xml: no such file"),
       ([str(xml), "--images", str(tmp_path / "nowhere")], "no such directory"),
       ([str(xml), "--csv-normalized"], "--csv-normalized applies to --format csv only"),

@@ -7,6 +7,7 @@ as labelme lays them out. Every run goes through the CLI on the in-process runne
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 import shutil
@@ -15,11 +16,12 @@ import layouts
 import layouts_labelme as lm_layouts
 import numpy as np
 import pytest
-from bad_data import RUNNER, convert
+from bad_data import RUNNER, convert, png, solid
 from PIL import Image
 
 from beam_tfrecord.records.model import InputError
 from beam_tfrecord.sources import labelme
+from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE
 from beam_tfrecord.records import masks
 
 
@@ -123,6 +125,40 @@ def test_load_json_budgets_and_foreign_files(monkeypatch):
   with pytest.raises(InputError, match="over the 10") as e:
     labelme.load_json(json.dumps(doc).encode())
   assert e.value.reason == "too_large"
+
+
+def test_shapes_per_file_are_bounded(monkeypatch):
+  """With the real MAX_OBJECTS_PER_IMAGE: that many shapes are read; one more is
+  too_many_objects, found while streaming, before json builds a shape; a file ijson refuses
+  (NaN, which json reads) is counted after json."""
+  from beam_tfrecord.sources.labelme import document
+  bound = MAX_OBJECTS_PER_IMAGE
+
+  def text(shapes: int) -> bytes:
+    return json.dumps({"version": "5.5.0", "flags": {}, "shapes": [_shape("a", [[1, 2], [3, 4]])]
+                       * shapes, "imagePath": "a.jpg", "imageData": None}).encode()
+  assert len(document.load_json(text(bound))["shapes"]) == bound
+  with monkeypatch.context() as patched:
+    patched.setattr(document.depth, "loads", lambda *a: pytest.fail("json.loads reached"))
+    with pytest.raises(InputError) as e:
+      document.load_json(text(bound + 1))
+  assert e.value.reason == "too_many_objects"
+  assert e.value.message == (f"`shapes` lists more than the {bound:,} one image may have: the "
+                             "image is not converted")
+  with pytest.raises(InputError) as e:
+    document.load_json(text(bound + 1).replace(b'"flags": {}', b'"flags": {}, "x": NaN', 1))
+  assert e.value.reason == "too_many_objects"
+  assert f"lists {bound + 1:,} shapes, more than the {bound:,}" in e.value.message
+
+
+def test_embedded_image_keys():
+  """imageData's image is keyed by imagePath's name as it would be looked up, else (no
+  imagePath, one leaving the root, or the JSON itself) by the JSON's name without .json."""
+  assert labelme.embedded_key("s/a.json", "a.jpg", False) == "s/a.jpg"
+  assert labelme.embedded_key("s/a.json", "a.json", False) == "s/a"
+  assert labelme.embedded_key("s/a.json", None, False) == "s/a"
+  assert labelme.embedded_key("a.json", "../images/a.jpg", False) == "a.jpg"  # beside
+  assert labelme.embedded_key("s/a.json", "../images/a.jpg", True) == "s/a.jpg"
 
 
 def test_image_names_and_candidates():
@@ -269,15 +305,17 @@ def test_bad_files_shapes_and_images_become_error_records(small_dataset, tmp_pat
                     _shape("dog", [[6, 6]], "polygon"),
                     _shape("__ignore__", [[0, 0], [9, 9]])]
   path.write_text(json.dumps(doc, indent=2), "utf-8")
-  run = convert(["--format", "labelme", "--input", str(root), "--output",
-                 str(tmp_path / "out"), RUNNER])
+  # a file-level error (not_labelme) fails the run unless --max-error-rate accepts
+  # rejections; a broken LabelMe JSON costs its one image (image level)
+  run = convert(["--format", "labelme", "--input", str(root), "--max-error-rate", "1",
+                 "--output", str(tmp_path / "out"), RUNNER])
   assert run.code == 0
   ids = lm_layouts.label_ids(ds.images)
   layouts.check_od_examples(run, keep, ds.image_dir, ids, split_of=lambda im: "train")
   got = sorted((e["reason"], e["level"], e["key"], e["source"]) for e in run.errors)
   extra_key, extra_src = f"{extra.split}/{extra.file_name}", str(path)
   assert got == sorted([
-      ("malformed_json", "file", str(root / "train" / "broken.json"),
+      ("malformed_json", "image", str(root / "train" / "broken.json"),
        str(root / "train" / "broken.json")),
       ("not_labelme", "file", str(root / "train" / "instances.json"),
        str(root / "train" / "instances.json")),
@@ -291,8 +329,75 @@ def test_bad_files_shapes_and_images_become_error_records(small_dataset, tmp_pat
   messages = " ".join(e["message"] for e in run.errors_where(reason="unsupported_shape"))
   assert "'circle'" in messages and "'linestrip'" in messages and extra_src in messages
   assert run.by_filename()[f"{gone.split}/{gone.file_name}"]["image/encoded"] == data
-  assert run.manifest["errors"]["by_level"] == {"file": 2, "image": 2, "object": 2,
+  assert run.manifest["errors"]["by_level"] == {"file": 1, "image": 3, "object": 2,
                                                 "warning": 2}
+
+
+def _set(path, **fields) -> None:
+  doc = json.loads(path.read_text("utf-8"))
+  doc.update(fields)
+  path.write_text(json.dumps(doc, indent=2), "utf-8")
+
+
+@pytest.mark.e2e
+def test_image_data_is_the_image_whenever_present(small_dataset, tmp_path):
+  """labelme's rule (LabelFile.load): imageData that is not null is the image, whatever
+  imagePath names. A JSON whose imagePath names the JSON itself (labelme's tutorial
+  apc2016_obj3.json) and one whose imagePath names another image that exists both give their
+  embedded image, read back pixel for pixel; an empty imageData is bad_image_data though its
+  file is there; imageData null reads the file."""
+  ds = small_dataset
+  root = lm_layouts.write_labelme(ds.images, ds.image_dir, tmp_path / "lm", layout="beside")
+  itself, other, empty = [im for im in ds.images if im.boxes][:3]
+  pictures = {}
+  for im, color in ((itself, (250, 200, 10)), (other, (20, 220, 120))):
+    pictures[im.file_name] = solid("RGB", (im.width, im.height), color)
+    path = root / im.split / f"{lm_layouts.stem(im.file_name)}.json"
+    _set(path, imageData=base64.b64encode(png(pictures[im.file_name].size, color=color)).decode())
+  _set(root / itself.split / f"{lm_layouts.stem(itself.file_name)}.json",
+       imagePath=f"{lm_layouts.stem(itself.file_name)}.json")
+  empty_json = root / empty.split / f"{lm_layouts.stem(empty.file_name)}.json"
+  _set(empty_json, imageData="")
+  run = convert(["--format", "labelme", "--input", str(root), "--output",
+                 str(tmp_path / "out"), RUNNER])
+  assert run.code == 0, run.stderr
+  assert [(e["reason"], e["level"], e["key"], e["source"]) for e in run.errors] == [
+      ("bad_image_data", "image", f"{empty.split}/{empty.file_name}", str(empty_json))]
+  rest = [im for im in ds.images if im not in (itself, other, empty)]
+  written = run.by_filename()
+  files_only = dataclasses.replace(run, examples=[written[f"{im.split}/{im.file_name}"]
+                                                  for im in rest])
+  layouts.check_od_examples(files_only, rest, ds.image_dir, run.manifest["label_map"],
+                            split_of=lambda im: "train")
+  keys = [(itself, f"{itself.split}/{lm_layouts.stem(itself.file_name)}"),
+          (other, f"{other.split}/{other.file_name}")]
+  assert sorted(written) == sorted([f"{im.split}/{im.file_name}" for im in rest]
+                                   + [key for _, key in keys])
+  for im, key in keys:
+    ex = written[key]
+    assert ex["image/format"] == b"png"
+    assert np.array_equal(np.array(Image.open(io.BytesIO(ex["image/encoded"]))),
+                          np.array(pictures[im.file_name]))
+    assert len(ex["image/object/class/text"]) == len(im.boxes)
+
+
+@pytest.mark.e2e
+def test_a_file_of_too_many_shapes_rejects_its_image(small_dataset, tmp_path):
+  """MAX_OBJECTS_PER_IMAGE + 1 shapes (the real bound): that JSON's image is rejected
+  (too_many_objects, image level, keyed by the JSON); every other image is converted."""
+  ds = small_dataset
+  root = lm_layouts.write_labelme(ds.images, ds.image_dir, tmp_path / "lm", layout="beside")
+  crowded = ds.images[0]
+  path = root / crowded.split / f"{lm_layouts.stem(crowded.file_name)}.json"
+  _set(path, shapes=[_shape("cat", [[1, 1], [5, 5]])] * (MAX_OBJECTS_PER_IMAGE + 1))
+  run = convert(["--format", "labelme", "--input", str(root), "--output",
+                 str(tmp_path / "out"), RUNNER])
+  assert run.code == 0, run.stderr
+  assert [(e["reason"], e["level"], e["key"]) for e in run.errors] == [
+      ("too_many_objects", "image", str(path))]
+  rest = [im for im in ds.images if im is not crowded]
+  layouts.check_od_examples(run, rest, ds.image_dir, run.manifest["label_map"],
+                            split_of=lambda im: "train")
 
 
 @pytest.mark.e2e

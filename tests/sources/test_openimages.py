@@ -299,6 +299,34 @@ def test_ranges_cut_images_and_both_paths_agree(tmp_path):
   assert {(e["reason"], e["level"]) for e in errors} == {("unknown_class", "object")}
 
 
+@pytest.mark.e2e
+def test_an_image_over_the_bound_is_one_error_in_every_path(tmp_path):
+  """500,000 rows for one image took 1.18 GB and wrote an 18 MB record: an image of BOUND + 1
+  rows, cut by range edges, is one too_many_objects error at its first row, alike on the
+  GroupByKey path and the in-process spill join (neither holds more of it than the bound); an
+  image of BOUND rows keeps every box."""
+  import json
+
+  from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE as BOUND
+  row = ",xclick,/m/01yrx,1,0.1,0.2,0.1,0.2,0,0,0,0,0"
+  lines = [oi.HEADER, "0000000000000001" + row]
+  lines += ["00000000000000aa" + row] * (BOUND + 1) + ["00000000000000bb" + row] * BOUND
+  path = tmp_path / "validation-annotations-bbox.csv"
+  path.write_text("\n".join(lines) + "\n")
+  inputs = [("validation", str(path), str(tmp_path))]
+  whole = _read(inputs, CLASSES, tmp_path, "whole", in_process=False)
+  ranges = _read(inputs, CLASSES, tmp_path, "ranges", split_bytes=1 << 16)
+  spilled = _read(inputs, CLASSES, tmp_path, "spilled", in_process=True, split_bytes=1 << 16)
+  assert whole == ranges == spilled
+  images, errors = whole
+  [error] = [json.loads(e) for e in errors]
+  assert (error["reason"], error["level"], error["key"], error["source"]) == (
+      "too_many_objects", "image", "00000000000000aa.jpg", f"{path}:3")
+  assert [image.split("key='")[1].split("'")[0] for image in images] == [
+      "0000000000000001.jpg", "00000000000000bb.jpg"]
+  assert images[1].count("ObjectAnnotation(") == BOUND
+
+
 # ---------------------------------------------------------------------------------------------
 # Command lines
 

@@ -116,7 +116,7 @@ def test_darknet_obj_data_with_label_map(dataset, tmp_path):
       f"data/obj/{im.file_name}" for im in dataset.images}
   # train.txt and valid.txt share data/obj: only the label no image claims is an orphan
   assert [(e["reason"], e["level"], e["source"]) for e in run.errors] == [
-      ("orphan_label", "file", str(obj / "ghost.txt"))]
+      ("orphan_label", "image", str(obj / "ghost.txt"))]
 
 
 @pytest.mark.e2e
@@ -141,7 +141,7 @@ def test_bad_labels_become_error_records(small_dataset, tmp_path):
   assert sorted(by_reason) == ["bbox_outside_unit", "class_out_of_range", "malformed_line",
                                "orphan_label"]
   assert len(run.errors) == 4
-  assert by_reason["orphan_label"]["level"] == "file"
+  assert by_reason["orphan_label"]["level"] == "image"
   assert by_reason["orphan_label"]["source"].endswith("labels/train/ghost.txt")
   lines = len(good.splitlines())
   for reason, offset in (("class_out_of_range", 1), ("malformed_line", 2),
@@ -157,7 +157,7 @@ def test_bad_labels_become_error_records(small_dataset, tmp_path):
   last = [ex[f"image/object/bbox/{k}"][-1] for k in ("xmin", "ymin", "xmax", "ymax")]
   assert all(abs(a - b) < 1e-6 for a, b in zip(last, (0.1, 0.2, 0.4, 0.6)))
   assert examples[f"images/{empty.split}/{empty.file_name}"]["image/object/class/text"] == []
-  assert run.manifest["errors"]["by_level"] == {"file": 1, "object": 3}
+  assert run.manifest["errors"]["by_level"] == {"image": 1, "object": 3}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,7 +308,7 @@ def test_darknet_list_of_colab_paths(dataset, tmp_path, capsys):
 
 @pytest.mark.e2e
 def test_files_over_their_budget_are_refused(small_dataset, tmp_path, monkeypatch):
-  """A label file over MAX_LABEL_BYTES is one file-level error (the image is not converted,
+  """A label file over MAX_LABEL_BYTES is one image-level error (its image is not converted,
   the others are); a dataset yaml over MAX_YAML_BYTES is a usage error. Neither is read whole."""
   from beam_tfrecord.errors import UsageError
   ds = small_dataset
@@ -322,7 +322,7 @@ def test_files_over_their_budget_are_refused(small_dataset, tmp_path, monkeypatc
   run = convert(["--input", str(yaml_path), "--output", str(tmp_path / "out"), RUNNER])
   assert run.code == 0
   [error] = run.errors
-  assert (error["reason"], error["level"]) == ("too_large", "file")
+  assert (error["reason"], error["level"]) == ("too_large", "image")
   assert f"more than {limit} bytes" in error["message"]
   assert error["key"] == f"images/{boxed.split}/{boxed.file_name}"
   assert len(run.by_filename()) == len(ds.images) - 1

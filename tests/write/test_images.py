@@ -422,3 +422,47 @@ def test_jpeg_header_leaves_exif_and_odd_frames_to_pillow():
   assert images.jpeg_header(b"\xff\xd8\xff\xe0\x00\x02junk") is None
   with pytest.raises(InputError):
     images.probe(b"\xff\xd8\xff\xc0\x00\x0b\x08\x00\x00\x00\x00\x03" + b"\x00" * 20)
+
+
+# ---------------------------------------------------------------------------------------------
+# Error messages are the same in every run
+
+
+def test_exception_text_has_no_object_addresses():
+  class Thing:
+    pass
+  thing = Thing()
+  assert images.exception_text(ValueError(f"cannot use {thing!r} here")) == (
+      f"ValueError: cannot use <{__name__}.test_exception_text_has_no_object_addresses."
+      "<locals>.Thing object> here")
+  for data in (b"GIF89a" + b"\x00" * 20, b"II*\x00" + b"\x00" * 30):
+    with pytest.raises(InputError) as e:
+      images.probe(data)
+    assert e.value.message == "UnidentifiedImageError: cannot identify image file"
+
+
+@pytest.mark.e2e
+def test_corrupt_images_give_the_same_error_report_in_every_run(tmp_path):
+  """Pillow names its buffer with its address ('cannot identify image file <_io.BytesIO
+  object at 0x7f...>'): two runs over the same corrupt images write byte-identical
+  errors-*.jsonl, with no address in it."""
+  root = tmp_path / "images"
+  coco = bd.Coco(str(root), [(1, "thing")])
+  files = {"good.jpg": bd.jpeg(), "gif.gif": b"GIF89a" + b"\x00" * 20,
+           "tiff.tif": b"II*\x00" + b"\x00" * 30, "bmp.bmp": b"BM" + b"\x00" * 50}
+  for image_id, (name, data) in enumerate(sorted(files.items()), start=1):
+    coco.image(image_id, name, data, width=64, height=48)
+    coco.ann(image_id, 1, [2, 3, 20, 10])
+  annotations = coco.write(str(tmp_path / "instances.json"))
+  reports = []
+  for name in ("one", "two"):
+    run = bd.convert(["--format=coco", f"--input={annotations}", f"--images={root}",
+                      "--output", str(tmp_path / name)])
+    assert run.code == 0 and sorted(run.by_filename()) == ["good.jpg"]
+    assert sorted((e["key"], e["reason"]) for e in run.errors) == [
+        ("bmp.bmp", "corrupt_image"), ("gif.gif", "corrupt_image"), ("tiff.tif", "corrupt_image")]
+    [report] = (tmp_path / name).glob("errors-*.jsonl")
+    reports.append(report.read_bytes())
+  assert reports[0] == reports[1]
+  assert b"0x" not in reports[0]
+  assert b"UnidentifiedImageError: cannot identify image file\"" in reports[0]

@@ -44,8 +44,8 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
   if len(objects) > MAX_OBJECTS_PER_IMAGE and images:
     yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
         source=source, stage="parse", reason="too_many_objects", key=str(images[0][2]),
-        level="image", message=f"image id {image_id} has more than {MAX_OBJECTS_PER_IMAGE} "
-        "annotations"))
+        level="image", message=f"image id {image_id} has more than {MAX_OBJECTS_PER_IMAGE:,} "
+        "annotations, the most one image may have: the image is not converted"))
     return
   if not images:
     for index, *_ in sorted(objects, key=lambda o: o[0]):  # one record per lost object

@@ -2,7 +2,10 @@
 past a buffer (storage.spill). Pure and Beam-free."""
 from __future__ import annotations
 
+import itertools
 from typing import Dict, List, Optional, Tuple
+
+from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE
 
 # The in-process join (readers.JoinRows): a file's rows in at least one partition per
 # PARTITION_BYTES of the file (a partition's join holds ~10x its share of the file), at most
@@ -60,13 +63,15 @@ class HeldRows:
   def images(self, p: int) -> Dict[Tuple[Optional[str], str], List[Tuple]]:
     """{(split, name): [((0, line), values...), ...]} of partition p (as the distributed read's
     rows, with file lines; BESIDE rows as ((BESIDE, 0), values...)), rows in file order
-    (spilled batches first, as they were written), then dropped."""
+    (spilled batches first, as they were written), then dropped. An image keeps at most
+    MAX_OBJECTS_PER_IMAGE + 1 rows, its first: enough for readers.bounded to reject it, so
+    one image of 500,000 rows costs no more than the bound (spilled batches are loaded one at
+    a time)."""
     import marshal
     if self.spill is not None:
       self.spill.flush()
-    batches = [marshal.loads(b) for b in self.spill.read(p)] if self.spill is not None else []
-    batches.append(self.rows[p])
-    self.rows[p] = []
+    spilled = self.spill.read(p) if self.spill is not None else ()
+    batches = itertools.chain((marshal.loads(b) for b in spilled), [self.rows[p]])
     images: Dict[Tuple[Optional[str], str], List[Tuple]] = {}
     for batch in batches:
       for row in batch:
@@ -74,7 +79,9 @@ class HeldRows:
         rows = images.get((split, name))
         if rows is None:
           images[(split, name)] = rows = []
-        rows.append(((0, line) if line != BESIDE else (BESIDE, 0),) + row[3:])
+        if len(rows) <= MAX_OBJECTS_PER_IMAGE:
+          rows.append(((0, line) if line != BESIDE else (BESIDE, 0),) + row[3:])
+    self.rows[p] = []
     return images
 
   def close(self) -> None:

@@ -10,12 +10,14 @@ files (held.HeldRows) one partition at a time.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterator, Mapping, Optional, Tuple, Union
+from typing import (Any, Callable, Iterable, Iterator, List, Mapping,
+                    Optional, Tuple, Union)
 
 import apache_beam as beam
 
 from beam_tfrecord.records.model import ErrorRecord, InputError
-from beam_tfrecord.sources.csv.held import (PARTITION_BYTES,
+from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE
+from beam_tfrecord.sources.csv.held import (BESIDE, PARTITION_BYTES,
                                             SPILL_BUFFER_BYTES, HeldRows)
 from beam_tfrecord.sources.csv.reading import csv_rows, file_rows, read_header
 from beam_tfrecord.storage import files, lines
@@ -42,6 +44,36 @@ def parsed_rows(rows, uri: str, parse: Callable[[Mapping[str, Any]], Any],
         yield n, e.record(uri, name_of(row) or uri, level="object")
         continue
       yield n, parsed
+
+
+def bounded(rows: Iterable[Tuple]) -> Tuple[List[Tuple], bool]:
+  """(an image's rows ((start, n), values...) by position, whether it has more than
+  MAX_OBJECTS_PER_IMAGE): past the bound only its first row is returned (its error's line).
+  Streams `rows` (a GroupByKey's iterable, or HeldRows' capped list) holding at most the
+  bound. BESIDE rows (a Roboflow image no row names) are no object."""
+  kept: List[Tuple] = []
+  first, count = None, 0
+  for row in rows:
+    if first is None or row[0] < first[0]:
+      first = row
+    if row[0][0] != BESIDE:
+      count += 1
+    if count <= MAX_OBJECTS_PER_IMAGE:
+      kept.append(row)
+    elif kept:
+      kept = []
+  if count > MAX_OBJECTS_PER_IMAGE:
+    return [first], True
+  kept.sort(key=lambda r: r[0])
+  return kept, False
+
+
+def too_many_rows(source: str, name: str) -> ErrorRecord:
+  """The error of an image named by more rows than one image may have objects."""
+  return ErrorRecord(
+      source=source, stage="parse", reason="too_many_objects", key=name, level="image",
+      message=f"{name} has more than {MAX_OBJECTS_PER_IMAGE:,} rows, the most objects one "
+      "image may have: the image is not converted")
 
 
 class PlanCsv(beam.DoFn):
@@ -130,7 +162,8 @@ class JoinRows(RowsOf, beam.DoFn):
   rows ((split, name, line, values...), as `rows` keys them) held by partition of image name
   in a HeldRows, spilled to local disk past `buffer_bytes`, and joined one partition at a
   time: where a GroupByKey on that runner holds every row in memory. Largest element: one
-  image; memory: ~2 x buffer_bytes plus one partition's rows."""
+  image; memory: ~2 x buffer_bytes plus one partition's rows, at most MAX_OBJECTS_PER_IMAGE
+  + 1 of them per image."""
 
   def __init__(self, column_map: Mapping[str, str], split_bytes: int,
                partition_bytes: int = PARTITION_BYTES, buffer_bytes: int = SPILL_BUFFER_BYTES):

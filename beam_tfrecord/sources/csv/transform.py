@@ -15,7 +15,8 @@ from beam_tfrecord.sources.csv.columns import parse_column_map
 from beam_tfrecord.sources.csv.held import (BESIDE, PARTITION_BYTES,
                                             SPILL_BUFFER_BYTES, HeldRows)
 from beam_tfrecord.sources.csv.readers import (JoinRows, PlanCsv, ReadRows,
-                                               RowsOf, parsed_rows)
+                                               RowsOf, bounded, parsed_rows,
+                                               too_many_rows)
 from beam_tfrecord.sources.csv.values import (CoordinateRange,
                                               looks_normalized_warning,
                                               parse_values)
@@ -52,12 +53,16 @@ def group_image(element, allow_absolute: bool, follow_symlinks: bool = False,
                 normalized: bool = False,
                 offsets: Optional[Mapping[Tuple[str, int], int]] = None):
   """Rows of one image, ((start, n), width, height, label, box) each (see ReadRows) ->
-  ImageAnnotation (objects in file order) or an error. `offsets` (line_offsets) turns a big
-  file's range lines into file lines; `normalized`: the boxes are fractions of the image size."""
+  ImageAnnotation (objects in file order) or an error (too_many_objects past the bound:
+  readers.bounded). `offsets` (line_offsets) turns a big file's range lines into file lines;
+  `normalized`: the boxes are fractions of the image size."""
   (uri, split, image_root, filename), rows = element
-  rows = sorted(rows, key=lambda r: r[0])
+  rows, too_many = bounded(rows)
   start, n = rows[0][0]
   source = uri if start == BESIDE else f"{uri}:{(offsets or {}).get((uri, start), 0) + n}"
+  if too_many:
+    yield beam.pvalue.TaggedOutput("errors", too_many_rows(source, filename))
+    return
   try:
     key, image_uri = paths.resolve(image_root, filename, allow_absolute, follow_symlinks)
   except InputError as e:

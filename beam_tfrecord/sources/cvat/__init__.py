@@ -18,8 +18,12 @@ the task's or job's `<subset>`, lower-cased ('Train' -> 'train'; CVAT's 'default
 subset: 'train'); a subset that is no valid split name is an image error (bad_subset).
 
 A worker first reads the `<meta>` of a file and cuts the file into byte ranges of RANGE_BYTES
-(the launcher reads only a HEAD_BYTES head in check and detect); any worker then reads a
-range. Largest element: one image's annotation; memory: one image's XML + one 64 kB chunk.
+(the launcher reads only a HEAD_BYTES head in check and detect; a DTD there is refused, exit
+2); any worker then reads a range. Largest element: one image's annotation; memory: one
+image's XML + one 64 kB chunk. An image over MAX_ELEMENT_BYTES of XML, nested deeper than
+MAX_XML_DEPTH, of more than MAX_OBJECTS_PER_IMAGE elements (sources/base; no more are kept)
+or with a malformed width or height is an image error naming it (too_large, too_deep,
+too_many_objects, wrong_type): the range's other images are read.
 
   shapes.py       one <image>'s boxes and polygons as objects, its subset as a split
   document.py     the file (or one range of it) streamed: <version>, <meta>, each <image>

@@ -46,51 +46,51 @@ def ranges(size: int, splittable: bool, step: Optional[int] = None) -> List[Tupl
 
 
 def range_bytes(f, start: int, end: int, close: bytes = b"</annotations>",
-                chunk: int = CHUNK_BYTES) -> Iterator[bytes]:
-  """The bytes a range [start, end) of an open file parses: from its first `<image` tag at or
-  after `start` (the file's first byte for the range at 0) up to the first `<image` tag at
-  or after `end`, then `close`; or to the end of the file. Nothing when no image tag starts
-  in the range (a later range reads it)."""
+                chunk: int = CHUNK_BYTES) -> Iterator[Tuple[bytes, int]]:
+  """(bytes, the file offset just past them) of what a range [start, end) of an open file
+  parses: from its first `<image` tag at or after `start` (the file's first byte for the
+  range at 0) up to the first `<image` tag at or after `end`, then `close` (at that tag's
+  offset); or to the end of the file. Nothing when no image tag starts in the range.
+  A piece ends at a chunk's end or before an `<image` tag, never past one: a parser fed piece
+  by piece has seen no byte of an image after the one it is in (parse_range resumes at the
+  last piece's offset after rejecting that image)."""
   f.seek(start)
   held, at = b"", start          # bytes not yet given out, and the offset of their first
   copying = start == 0
   while True:
     data = f.read(chunk)
     buf = held + data
-    searched = 0
-    while True:
-      found = _IMAGE_TAG.search(buf, searched)
-      if found is None:
-        break
+    pos = 0                      # buf[:pos] is given out, or skipped before the first tag
+    for found in _IMAGE_TAG.finditer(buf):
       offset = at + found.start()
       if offset >= end:
         if copying:
-          yield buf[:found.start()]
-          yield close
+          if found.start() > pos:
+            yield buf[pos:found.start()], offset
+          yield close, offset
         return
-      if not copying:  # the range's first image: give out from here
-        copying = True
-        buf, at = buf[found.start():], offset
-        searched = 1
-        continue
-      searched = found.start() + 1
+      if copying and found.start() > pos:
+        yield buf[pos:found.start()], offset
+      copying, pos = True, found.start()
     if not data:
-      if copying and buf:
-        yield buf
+      if copying and len(buf) > pos:
+        yield buf[pos:], at + len(buf)
       return
-    keep = len(buf) - min(len(buf), _HELD)
-    if copying:
-      yield buf[:keep]
+    keep = max(len(buf) - _HELD, pos)  # a tag may start in the last bytes
+    if copying and keep > pos:
+      yield buf[pos:keep], at + keep
     held, at = buf[keep:], at + keep
 
 
 class Window:
-  """A file for iterparse made of `pieces` after `prefix`; refuses to read on when more than
-  MAX_ELEMENT_BYTES were read since the last mark() (one image, or one label of the meta)."""
+  """A file for iterparse made of (bytes, offset) `pieces` after `prefix`; refuses to read on
+  when more than MAX_ELEMENT_BYTES were read since the last mark() (one image, or one label of
+  the meta). `position`: the file offset just past the last piece read."""
 
-  def __init__(self, pieces: Iterator[bytes], prefix: bytes = b""):
+  def __init__(self, pieces: Iterator[Tuple[bytes, int]], prefix: bytes = b""):
     self._pieces, self._prefix = pieces, prefix
     self.read_bytes = self._marked = 0
+    self.position: Optional[int] = None
 
   def mark(self) -> None:
     self._marked = self.read_bytes
@@ -100,10 +100,13 @@ class Window:
       raise InputError("parse", "too_large",
                        f"one element holds more than {MAX_ELEMENT_BYTES} bytes of XML, the "
                        "most this tool reads for one image")
+    data = b""
     if self._prefix:
       data, self._prefix = self._prefix, b""
     else:
-      data = next((piece for piece in self._pieces if piece), b"")
+      for data, self.position in self._pieces:
+        if data:
+          break
     self.read_bytes += len(data)
     return data
 
@@ -113,6 +116,6 @@ def fragment_head(encoding: str) -> bytes:
   return f'<?xml version="1.0" encoding="{encoding}"?><annotations>'.encode("ascii")
 
 
-def chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+def chain(first, rest: Iterator) -> Iterator:
   yield first
   yield from rest

@@ -1,16 +1,20 @@
 """Streaming one CVAT XML, or one byte range of it: the `<version>`, the `<meta>` (the export's
 kind, its labels, the task's or job's subset) and each `<image>`.
 
-The file is streamed (defusedxml's iterparse, DTDs refused), each `<image>` cleared once read:
-memory is one image (at most byte_ranges.MAX_ELEMENT_BYTES of XML) + one 64 kB chunk. Pure and
-Beam-free.
+The file is streamed (defusedxml's iterparse, DTDs and entities refused), each `<image>`
+cleared once read: memory is one image (at most byte_ranges.MAX_ELEMENT_BYTES of XML, and of
+its child elements at most MAX_OBJECTS_PER_IMAGE kept) + one 64 kB chunk. An image over one of
+these budgets, or nested deeper than MAX_XML_DEPTH, is rejected alone: the parser stops there
+and starts again at the next `<image` tag, as a range after the first (not in a file that
+cannot be cut, UTF-16: there it stops the file). Pure and Beam-free.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import FrozenSet, Iterator, List, Optional
+from typing import FrozenSet, Generator, Iterator, List, Optional
 
 from beam_tfrecord.records.model import InputError
+from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE
 from beam_tfrecord.sources.cvat.byte_ranges import (Window, chain,
                                                     declared_encoding,
                                                     fragment_head, range_bytes)
@@ -39,10 +43,12 @@ class Meta:
 
 def head_version(data: bytes) -> Optional[str]:
   """The <version> of a file head whose root is <annotations> ('' when the head shows the
-  root but no version), None for anything else (not XML, another root, unsafe XML)."""
+  root but no version), None for anything else (not XML, another root); InputError
+  'unsafe_xml' for a DTD or entities."""
   import io
 
   import defusedxml.ElementTree as DET
+  from defusedxml import DefusedXmlException
   version = None
   try:
     for event, element in DET.iterparse(io.BytesIO(data), events=("start", "end"),
@@ -57,95 +63,157 @@ def head_version(data: bytes) -> Optional[str]:
         return (element.text or "").strip()
       if element.tag in ("meta", "image", "track"):
         return version
+  except DefusedXmlException as e:
+    raise unsafe_xml(e) from None
   except Exception:  # the head ends inside the document, or it is not XML
     pass
   return version
 
 
+def unsafe_xml(e: Exception) -> InputError:
+  """What defusedxml refused (a DTD, entities), said as VOC's records say it."""
+  return InputError("parse", "unsafe_xml", f"the XML declares a DTD or entities "
+                    f"({type(e).__name__}): DTDs and entities are refused (unsafe XML)")
+
+
 def parse_range(f, start: int, end: int, meta: Optional[Meta] = None,
                 include_masks: bool = False, source: str = "") -> Iterator[tuple]:
   """The items of the range [start, end) of an open CVAT XML: ('meta', Meta) when the range
-  starts the file, ('image', ParsedImage) for each image whose tag starts in it,
-  ('error', InputError, level) for a <track> (object) and for what stops the reading (file:
-  the rest of the range is not read). A range after the first needs the file's `meta`."""
-  import xml.etree.ElementTree as ET
+  starts the file, ('image', ParsedImage) for each image whose tag starts in it, and
+  ('error', InputError, level, key or None) for a <track> (object), for an image that is
+  rejected whole (image, its name: over MAX_ELEMENT_BYTES, nested too deep, more than
+  MAX_OBJECTS_PER_IMAGE elements, a bad width or height; the images after it are read), and
+  for what stops the reading (file: the rest of the range is not read). A range after the
+  first needs the file's `meta`."""
+  reader = _RangeReader(f, start, end, meta, include_masks, source)
+  at: Optional[int] = start
+  while at is not None:
+    at = yield from reader.part(at)
 
-  import defusedxml.ElementTree as DET
-  from defusedxml import DefusedXmlException
-  first = start == 0
-  pieces = range_bytes(f, start, end)
-  if first:
-    window = Window(pieces)
-  else:
-    opening = next(pieces, None)
-    if opening is None:
-      return  # no image starts in this range
-    window = Window(chain(opening, pieces), fragment_head(meta.encoding))
-  tags: List[str] = []      # the open elements
-  root = None
-  labels: set = set()
-  kind = subset = None
-  images = 0
-  try:
-    for event, element in DET.iterparse(window, events=("start", "end"), forbid_dtd=True):
-      if event == "start":
-        tags.append(element.tag)
-        if len(tags) > MAX_XML_DEPTH:
-          raise too_deep(MAX_XML_DEPTH, "XML", "elements")
-        if len(tags) == 1:
-          root = element
-          if element.tag != "annotations":
-            raise InputError("parse", "malformed_xml", f"the root element is "
-                             f"<{element.tag}>, not <annotations>: not a CVAT XML file")
-        elif len(tags) == 3 and tags[1] == "meta" and kind is None:
-          kind = element.tag  # task, job or project (<dumped> follows it)
-        continue
-      depth, tag = len(tags), element.tag
-      tags.pop()
-      if depth == 2:
-        if tag == "version" and (element.text or "").strip() != VERSION:
-          raise InputError("parse", "unsupported_version", f"<version> is "
-                           f"{(element.text or '').strip()!r}; this reader reads {VERSION}")
-        if tag == "meta":
-          meta = Meta(kind or "task", frozenset(labels), subset, meta.encoding if meta else
-                      "utf-8", meta.splittable if meta else True)
-          yield ("meta", meta)
-        elif tag == "image":
-          if meta is None:
-            raise InputError("parse", "missing_field", "no <meta> before the first <image>: "
-                             "the labels are unknown")
-          images += 1
-          yield ("image", parse_image(element, meta.labels, include_masks, source))
-        elif tag == "track":
-          yield ("error", InputError(
-              "parse", "unsupported_track",
-              f"<track> {element.get('label')!r} (id {element.get('id')}) is a CVAT for "
-              "video track, not converted: export the task as 'CVAT for images 1.1'"), "object")
-        element.clear()
-        root.clear()
-        window.mark()
-      elif depth > 2 and tags[1] == "meta":
-        parent = tags[-1]
-        if tag == "label" and parent == "labels":
-          name = element.findtext("name")
-          if name:
-            labels.add(name)
-          if len(labels) > MAX_LABELS:
-            raise InputError("parse", "too_large", f"<meta> lists more than {MAX_LABELS} labels")
+
+class _RangeReader:
+  """One range parsed in parts: a part ends at the range's end or at an image too large or
+  too deep to read, and the next part starts after that image (a fragment, as a range after
+  the first)."""
+
+  def __init__(self, f, start: int, end: int, meta: Optional[Meta], include_masks: bool,
+               source: str):
+    self.f, self.start, self.end, self.meta = f, start, end, meta
+    self.include_masks, self.source = include_masks, source
+    self.images = 0  # read so far, for the message of what stops the reading
+
+  def part(self, at: int) -> Generator[tuple, None, Optional[int]]:
+    """The items from offset `at` (the range's start, or where the last part stopped); returns
+    where the next part starts (None: the range is done)."""
+    import xml.etree.ElementTree as ET
+
+    import defusedxml.ElementTree as DET
+    from defusedxml import DefusedXmlException
+    pieces = range_bytes(self.f, at, self.end)
+    if at == 0:
+      window = Window(pieces)
+    else:
+      opening = next(pieces, None)
+      if opening is None:
+        return None  # no image starts in this range
+      window = Window(chain(opening, pieces), fragment_head(self.meta.encoding))
+    tags: List[str] = []      # the open elements
+    root = image = None       # the root, the open <image>
+    elements = 0              # the open image's child elements so far
+    labels: set = set()
+    kind = subset = None
+    try:
+      for event, element in DET.iterparse(window, events=("start", "end"), forbid_dtd=True):
+        if event == "start":
+          tags.append(element.tag)
+          if len(tags) > MAX_XML_DEPTH:
+            raise too_deep(MAX_XML_DEPTH, "XML", "elements")
+          if len(tags) == 1:
+            root = element
+            if element.tag != "annotations":
+              raise InputError("parse", "malformed_xml", f"the root element is "
+                               f"<{element.tag}>, not <annotations>: not a CVAT XML file")
+          elif len(tags) == 2 and element.tag == "image":
+            image, elements = element, 0
+          elif len(tags) == 3 and tags[1] == "meta" and kind is None:
+            kind = element.tag  # task, job or project (<dumped> follows it)
+          continue
+        depth, tag = len(tags), element.tag
+        tags.pop()
+        if depth == 2:
+          if tag == "version" and (element.text or "").strip() != VERSION:
+            raise InputError("parse", "unsupported_version", f"<version> is "
+                             f"{(element.text or '').strip()!r}; this reader reads {VERSION}")
+          if tag == "meta":
+            self.meta = Meta(kind or "task", frozenset(labels), subset,
+                             self.meta.encoding if self.meta else "utf-8",
+                             self.meta.splittable if self.meta else True)
+            yield ("meta", self.meta)
+          elif tag == "image":
+            if self.meta is None:
+              raise InputError("parse", "missing_field", "no <meta> before the first <image>: "
+                               "the labels are unknown")
+            self.images += 1
+            yield self._image(element, elements)
+            image = None
+          elif tag == "track":
+            yield ("error", InputError(
+                "parse", "unsupported_track",
+                f"<track> {element.get('label')!r} (id {element.get('id')}) is a CVAT for "
+                "video track, not converted: export the task as 'CVAT for images 1.1'"),
+                "object", None)
           element.clear()
+          root.clear()
           window.mark()
-        elif tag == "subset" and depth == 4 and kind in ("task", "job"):
-          subset = element.text
-        elif tag in ("task", "segment", "owner", "assignee") and depth > 3:
-          element.clear()  # a project's tasks: nothing of them is needed
-          window.mark()
-  except InputError as e:
-    yield ("error", _stopped(e, images, start), "file")
-  except DefusedXmlException as e:
-    yield ("error", InputError("parse", "unsafe_xml", f"{type(e).__name__}: {e}"), "file")
-  except (ET.ParseError, LookupError, ValueError) as e:  # LookupError: unknown encoding
-    yield ("error", _stopped(InputError("parse", "malformed_xml", f"{type(e).__name__}: {e}"),
-                             images, start), "file")
+        elif depth == 3 and image is not None:
+          elements += 1
+          if elements > MAX_OBJECTS_PER_IMAGE:
+            del image[-1]  # the image is rejected: nothing past the bound is kept
+        elif depth > 2 and tags[1] == "meta":
+          parent = tags[-1]
+          if tag == "label" and parent == "labels":
+            name = element.findtext("name")
+            if name:
+              labels.add(name)
+            if len(labels) > MAX_LABELS:
+              raise InputError("parse", "too_large", f"<meta> lists more than {MAX_LABELS} labels")
+            element.clear()
+            window.mark()
+          elif tag == "subset" and depth == 4 and kind in ("task", "job"):
+            subset = element.text
+          elif tag in ("task", "segment", "owner", "assignee") and depth > 3:
+            element.clear()  # a project's tasks: nothing of them is needed
+            window.mark()
+    except InputError as e:
+      # one image too large or too deep: that image is rejected, the next part starts after it
+      # (the last piece fed ends before the next image's tag: byte_ranges.range_bytes)
+      budget = e.reason == "too_large" or e.reason == "too_deep"
+      if (budget and image is not None and self.meta is not None and self.meta.splittable
+          and window.position is not None and window.position > at):
+        name = image.get("name")
+        e.message = f"image {name!r}: {e.message}; the image is not converted"
+        yield ("error", e, "image", name)
+        return window.position
+      yield ("error", _stopped(e, self.images, self.start), "file", None)
+    except DefusedXmlException as e:
+      yield ("error", unsafe_xml(e), "file", None)
+    except (ET.ParseError, LookupError, ValueError) as e:  # LookupError: unknown encoding
+      yield ("error", _stopped(InputError("parse", "malformed_xml", f"{type(e).__name__}: {e}"),
+                               self.images, self.start), "file", None)
+    return None
+
+  def _image(self, element, elements: int) -> tuple:
+    """The item of one <image> that ended: ('image', ParsedImage), or its rejection."""
+    name = element.get("name")
+    if elements > MAX_OBJECTS_PER_IMAGE:
+      return ("error", InputError(
+          "parse", "too_many_objects", f"image {name!r} has {elements:,} elements, more than "
+          f"the {MAX_OBJECTS_PER_IMAGE:,} one image may have: the image is not converted"),
+          "image", name)
+    try:
+      return ("image", parse_image(element, self.meta.labels, self.include_masks, self.source))
+    except InputError as e:  # its width or height: that image only
+      return ("error", e, "image", name)
 
 
 def _stopped(error: InputError, images: int, start: int) -> InputError:

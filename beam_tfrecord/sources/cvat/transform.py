@@ -60,8 +60,9 @@ class _ReadRange(beam.DoFn):
         for item in parse_range(f, start, end, meta, self.include_masks, uri):
           if item[0] == "image":
             yield from self._image(item[1], split, uri, root, meta)
-          elif item[0] == "error":
-            yield beam.pvalue.TaggedOutput("errors", item[1].record(uri, uri, level=item[2]))
+          elif item[0] == "error":  # an image's rejection names it; the others the file
+            _, error, level, key = item
+            yield beam.pvalue.TaggedOutput("errors", error.record(uri, key or uri, level=level))
     except Exception as e:  # unforeseen: report it, never kill the job
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
           source=uri, stage="parse", reason="unexpected_error", key=uri, level="file",

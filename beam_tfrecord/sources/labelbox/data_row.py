@@ -9,6 +9,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from urllib.parse import unquote, urlsplit
 
 from beam_tfrecord.records.model import Box, InputError, ObjectAnnotation
+from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE
 from beam_tfrecord.storage import paths
 
 BOX, POLYGON = "ImageBoundingBox", "ImagePolygon"
@@ -151,7 +152,8 @@ def _the_label(projects: Any) -> Dict[str, Any]:
 def parse_data_row(doc: Dict[str, Any], include_masks: bool = False,
                    source: str = "the export") -> DataRow:
   """One data row (load_line) -> DataRow. InputError for what costs the whole image: no
-  data_row, not an image, no label or several, a skipped label, objects that are no list.
+  data_row, not an image, no label or several, a skipped label, objects that are no list or
+  more than MAX_OBJECTS_PER_IMAGE.
   Objects that cannot be read, and kinds without a box, are in DataRow.problems (`source`
   names the file in their messages)."""
   data_row = doc.get("data_row")
@@ -179,6 +181,10 @@ def parse_data_row(doc: Dict[str, Any], include_masks: bool = False,
   items = annotations.get("objects", [])
   if not isinstance(items, list):
     raise InputError("parse", "wrong_type", "annotations.objects is not a list")
+  if len(items) > MAX_OBJECTS_PER_IMAGE:  # none is built
+    raise InputError("parse", "too_many_objects",
+                     f"the data row has {len(items):,} objects, more than the "
+                     f"{MAX_OBJECTS_PER_IMAGE:,} one image may have: the image is not converted")
   objects, problems = [], []
   for i, obj in enumerate(items):
     try:

@@ -13,24 +13,31 @@ group. `circle`, `line`, `linestrip`, `point`, `mask` (5.x AI masks) and any oth
 labelled `__ignore__` (labelme2coco's ignore regions) are skipped: they are no class.
 A 3.x file without `shape_type` has polygons (what labelme read it as).
 
-The image: without --images the image root is the input folder, and the image is imagePath
-joined to the JSON's folder; when that is not there (or leaves the input folder), the file
-of the same base name beside the JSON. So with annotations/ and images/ side by side and
-imagePath `../images/x.jpg`, give their parent folder as --input. With --images DIR, the
-image is imagePath's base name in DIR under the JSON's sub-folder, then directly in DIR (as
-a folder of VOC XMLs). When that file is missing (or the JSON has no imagePath) and the JSON
-holds `imageData`, the image is that: its uri is the JSON's + storage.files.EMBEDDED, which
-the writer decodes where it reads images (the JSON read with an image file's checks), and its
-key is imagePath's (else the JSON's name without .json). Nothing is extracted to disk.
+The image, by labelme's own rule (LabelFile.load): `imageData` whenever it is there (not
+null), whatever imagePath names (labelme's tutorial file names the JSON itself); its uri is
+the JSON's + storage.files.EMBEDDED, which the writer decodes where it reads images (the JSON,
+4/3 of the image and at most MAX_JSON_BYTES, read and parsed again with an image file's checks
+in place of an image file), and its key is
+imagePath's name (else the JSON's name without .json). Nothing is extracted to disk. imageData
+that is empty or not a string is bad_image_data here, not base64 where it is decoded. With
+imageData null, the image file: without --images the image root is the input folder, and the
+image is imagePath joined to the JSON's folder; when that is not there (or leaves the input
+folder), the file of the same base name beside the JSON. So with annotations/ and images/
+side by side and imagePath `../images/x.jpg`, give their parent folder as --input. With
+--images DIR, the image is imagePath's base name in DIR under the JSON's sub-folder, then
+directly in DIR (as a folder of VOC XMLs).
+
+A file of more than MAX_OBJECTS_PER_IMAGE (sources/base) shapes is too_many_objects, its one
+image rejected: the shapes are counted while streaming, before json builds them.
 
 Scale: the launcher reads nothing but, for --format auto, the heads of a few JSONs. Workers
 list the input: one task per first-level sub-folder (its largest element: the names in one
 sub-folder, ~100 bytes each), then parse one JSON per element: memory is one file, at most
-MAX_JSON_BYTES read and parsed (json's objects: ~2-8x the text of the shapes; imageData is
-one string), and the ImageAnnotation it yields is that image's objects. Nothing gathers
-per-image state.
+MAX_JSON_BYTES read and parsed (json's objects: ~2-35x the text of the shapes; imageData is
+one string), and the ImageAnnotation it yields is that image's objects (at most
+MAX_OBJECTS_PER_IMAGE). Nothing gathers per-image state.
 
-  document.py   one JSON read within its budgets; where its image is
+  document.py   one JSON read within its budgets (bytes, depth, shapes); where its image is
   shapes.py     its `shapes` to objects
   detection.py  --format auto: the heads of a few JSONs
   transform.py  ReadLabelMe, the Beam transform (imported when the pipeline is built)
@@ -43,14 +50,16 @@ from typing import Any, List, Optional, Sequence, Tuple
 from beam_tfrecord.records.model import DEFAULT_SPLIT
 from beam_tfrecord.sources.labelme.detection import (DETECT_HEAD_BYTES, detect, head_keys,
                                                      is_labelme_head)
-from beam_tfrecord.sources.labelme.document import (image_candidates, image_name, image_size,
+from beam_tfrecord.sources.labelme.document import (check_shape_count, embedded_key,
+                                                    image_candidates, image_name, image_size,
                                                     load_json)
 from beam_tfrecord.sources.labelme.shapes import parse_shapes
 from beam_tfrecord.storage import paths
 
 __all__ = ["MASKS", "EXPORT_WHAT", "detect", "check", "possible_splits", "read",
            "fingerprint_patterns", "DETECT_HEAD_BYTES", "head_keys", "is_labelme_head",
-           "image_candidates", "image_name", "image_size", "load_json",
+           "check_shape_count", "embedded_key", "image_candidates", "image_name",
+           "image_size", "load_json",
            "parse_shapes"]
 
 MASKS = True  # polygons (and rectangles) become masks with --include-masks

@@ -8,8 +8,9 @@ import apache_beam as beam
 
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.sources.base import SourceOutput, is_hidden
-from beam_tfrecord.sources.labelme.document import (MAX_JSON_BYTES, image_candidates,
-                                                    image_name, image_size, load_json)
+from beam_tfrecord.sources.labelme.document import (MAX_JSON_BYTES, embedded_key,
+                                                    image_candidates, image_name, image_size,
+                                                    load_json)
 from beam_tfrecord.sources.labelme.shapes import parse_shapes
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.files import EMBEDDED, exists, list_dir, list_tree, read_text
@@ -44,27 +45,26 @@ class _ParseJson(beam.DoFn):
     self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
     self.include_masks = include_masks
 
-  def _locate(self, root: str, names: Sequence[str], probe: bool) -> Tuple[str, str, bool]:
-    """(key, uri, found) of the first candidate that resolves inside the root and exists;
-    existence is probed only when it decides something (several candidates, or imageData to
-    fall back on). When none exists: the first candidate's refusal (a name leaving the
-    root), else the first candidate, for locate to report as missing."""
+  def _locate(self, root: str, names: Sequence[str]) -> Tuple[str, str]:
+    """(key, uri) of the first candidate that resolves inside the root and exists; existence
+    is probed only when there are several. When none exists: the first candidate's refusal
+    (a name leaving the root), else the first candidate, for locate to report as missing."""
     resolved, refused = [], []
     for name in names:
       try:
         resolved.append(paths.resolve(root, name, self.allow_absolute, self.follow_symlinks))
       except InputError as e:
         refused.append((name, e))
-    if len(names) == 1 and resolved and not probe:
-      return resolved[0] + (True,)
+    if len(names) == 1 and resolved:
+      return resolved[0]
     for key, uri in resolved:
       if exists(uri):
-        return key, uri, True
+        return key, uri
     if refused and refused[0][0] == names[0]:
       e = refused[0][1]
       raise InputError(e.stage, e.reason, f"{e.message}; give the folder holding both the "
                        "JSONs and the images as --input, or --images DIR")
-    return resolved[0] + (False,)
+    return resolved[0]
 
   def process(self, task):
     try:
@@ -72,7 +72,7 @@ class _ParseJson(beam.DoFn):
     except Exception as e:  # unforeseen: report it, never kill the job
       uri = paths.join(task[1], task[3])
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-          source=uri, stage="parse", reason="unexpected_error", key=uri, level="file",
+          source=uri, stage="parse", reason="unexpected_error", key=uri, level="image",
           message=f"{type(e).__name__}: {e}"))
 
   def _parse(self, task):
@@ -80,36 +80,44 @@ class _ParseJson(beam.DoFn):
     uri = paths.join(input_root, rel)
     try:
       doc = load_json(read_text(uri, MAX_JSON_BYTES))
+    # a LabelMe JSON describes one image: what cannot be read costs that image (image
+    # level); a JSON that is no LabelMe file at all is the file's problem (not_labelme)
     except InputError as e:
-      yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level="file"))
+      level = "file" if e.reason == "not_labelme" else "image"
+      yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level=level))
       return
     except Exception as e:  # unreadable (permissions, network): report, never kill the job
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-          source=uri, stage="parse", reason="unreadable", key=uri, level="file",
+          source=uri, stage="parse", reason="unreadable", key=uri, level="image",
           message=f"{type(e).__name__}: {e}"))
       return
     name = image_name(doc)
     data = doc.get("imageData")
-    has_data = isinstance(data, str) and bool(data)
     size = None
-    if name is None and not has_data:
+    if data is not None:
+      # labelme's rule (LabelFile.load): imageData when present, whatever imagePath names.
+      # The writer decodes it where it reads images (storage/files.read_bytes of the JSON's
+      # uri + EMBEDDED, with an image file's checks): the JSON, at most MAX_JSON_BYTES, is
+      # read again and parsed there, in place of an image file.
+      key = embedded_key(rel, name, image_root is not None)
+      if not isinstance(data, str) or not data:
+        yield beam.pvalue.TaggedOutput("errors", InputError(
+            "parse", "bad_image_data", f"imageData is {data!r:.40}, not the image as base64"
+            ).record(uri, key))
+        return
+      image_uri, size = uri + EMBEDDED, len(data) * 3 // 4
+    elif name is None:
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-          source=uri, stage="parse", reason="missing_field", key=uri, level="file",
+          source=uri, stage="parse", reason="missing_field", key=uri, level="image",
           message="the file has no imagePath and no imageData: its image is unknown"))
       return
-    if name is None:  # the image is only in imageData: named after the JSON
-      key, image_uri, found = posixpath.splitext(rel)[0], uri, False
     else:
       names = image_candidates(rel, name, image_root is not None)
       try:
-        key, image_uri, found = self._locate(image_root or input_root, names, has_data)
+        key, image_uri = self._locate(image_root or input_root, names)
       except InputError as e:
         yield beam.pvalue.TaggedOutput("errors", e.record(uri, name))
         return
-    if not found and has_data:
-      # the image file is not there: its bytes come from imageData, decoded by the writer
-      # (storage/files.read_bytes of the JSON's uri + EMBEDDED, with an image file's checks)
-      image_uri, size = uri + EMBEDDED, len(data) * 3 // 4
     objects, problems = parse_shapes(doc["shapes"], self.include_masks, uri)
     for level, error in problems:
       yield beam.pvalue.TaggedOutput("errors", error.record(uri, key, level=level))
@@ -126,8 +134,8 @@ class ReadLabelMe(beam.PTransform):
   the input folder, with imagePath relative to each JSON. Out: one ImageAnnotation per JSON
   (absolute pixel boxes; with include_masks, each object's polygons as a COCO polygon list),
   the size the JSON claims, its split; ErrorRecords for unreadable or foreign JSONs (file),
-  missing or imageData-only images (image), bad shapes and mixed groups (object) and
-  unsupported shapes (warning). No categories: class ids are the sorted names'.
+  missing images, empty imageData and too many shapes (image), bad shapes and mixed groups
+  (object) and unsupported shapes (warning). No categories: class ids are the sorted names'.
   """
 
   def __init__(self, inputs: Sequence[Tuple[Optional[str], str, Optional[str]]],

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 from beam_tfrecord.records.model import Box, InputError, ObjectAnnotation
+from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE
 from beam_tfrecord.sources.depth import too_deep
 from beam_tfrecord.storage.files import open_read
 
@@ -78,7 +79,8 @@ def _deeper_than(root, limit: int) -> bool:
 
 def parse_xml(data: bytes) -> Tuple[str, Optional[int], Optional[int], List[ObjectAnnotation]]:
   """(filename, width, height, objects) of one VOC annotation document, of at most
-  MAX_XML_BYTES nesting at most MAX_XML_DEPTH elements (InputError 'too_large', 'too_deep')."""
+  MAX_XML_BYTES nesting at most MAX_XML_DEPTH elements (InputError 'too_large', 'too_deep')
+  with at most MAX_OBJECTS_PER_IMAGE <object>s ('too_many_objects')."""
   import defusedxml.ElementTree as ET
   from defusedxml import DefusedXmlException
   if len(data) > MAX_XML_BYTES:
@@ -105,8 +107,13 @@ def parse_xml(data: bytes) -> Tuple[str, Optional[int], Optional[int], List[Obje
       height = int(float(h)) if h else None
     except (ValueError, OverflowError):
       raise InputError("parse", "wrong_type", f"<size> is {w!r}x{h!r}") from None
+  found = root.findall("object")
+  if len(found) > MAX_OBJECTS_PER_IMAGE:  # none is built
+    raise InputError("parse", "too_many_objects",
+                     f"{filename} has {len(found):,} <object>s, more than the "
+                     f"{MAX_OBJECTS_PER_IMAGE:,} one image may have: the image is not converted")
   objects = []
-  for i, obj in enumerate(root.findall("object")):
+  for i, obj in enumerate(found):
     what = f"object {i}"
     name = _text(obj, "name")
     if not name:

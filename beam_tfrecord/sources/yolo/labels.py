@@ -15,7 +15,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from beam_tfrecord.records import masks
 from beam_tfrecord.records.model import Box, InputError, ObjectAnnotation
-from beam_tfrecord.sources.base import is_hidden
+from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE, is_hidden
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.files import read_text
 
@@ -108,11 +108,17 @@ def parse_line(line: str, names: Sequence[str], include_masks: bool = False,
 def parse_label_text(text: str, names: Sequence[str], include_masks: bool = False,
                      kpt_shape: Optional[Tuple[int, int]] = None
                      ) -> Tuple[List[ObjectAnnotation], List[Tuple[int, InputError]]]:
-  """Objects of one label file, and (line number, error) for every unusable line."""
+  """Objects of one label file, and (line number, error) for every unusable line.
+  InputError 'too_many_objects' at its line MAX_OBJECTS_PER_IMAGE + 1 (blank lines aside):
+  the lines after it are not parsed."""
   objects, errors = [], []
   for number, line in enumerate(text.splitlines(), start=1):
     if not line.strip():
       continue
+    if len(objects) + len(errors) == MAX_OBJECTS_PER_IMAGE:
+      raise InputError("parse", "too_many_objects",
+                       f"the label file has more than {MAX_OBJECTS_PER_IMAGE:,} lines, the "
+                       "most objects one image may have: the image is not converted")
     try:
       objects.append(parse_line(line, names, include_masks, kpt_shape))
     except InputError as e:

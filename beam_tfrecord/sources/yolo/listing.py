@@ -121,6 +121,7 @@ def orphans(element) -> Iterator[ErrorRecord]:
   """(label path, {'image': [...], 'file': [...]}) -> an error when no image claims it."""
   label, grouped = element
   if grouped["file"] and not grouped["image"]:
-    yield ErrorRecord(source=label, stage="parse", reason="orphan_label", level="file",
+    # its image is missing (as missing_image): image level, not a file's loss
+    yield ErrorRecord(source=label, stage="parse", reason="orphan_label", level="image",
                       message="label file without an image: no image of the dataset has "
                       "this label path")

@@ -61,16 +61,21 @@ class _ReadLabels(beam.DoFn):
     if label is not None:
       try:
         text = read_label_text(label)
+      # one label file is one image's: what cannot be read costs that image (image level)
       except InputError as e:  # a FIFO or a directory in its place (not_a_file), too large
-        yield beam.pvalue.TaggedOutput("errors", e.record(label, key, level="file"))
+        yield beam.pvalue.TaggedOutput("errors", e.record(label, key, level="image"))
         return
       except Exception as e:  # unreadable or not text: the image's objects are unknown
         yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-            source=label, stage="parse", reason="unreadable_label", key=key, level="file",
+            source=label, stage="parse", reason="unreadable_label", key=key, level="image",
             message=f"{type(e).__name__}: {e}; the image is not converted"))
         return
-      objects, errors = parse_label_text(text, self.dataset.names, self.include_masks,
-                                         self.dataset.kpt_shape)
+      try:
+        objects, errors = parse_label_text(text, self.dataset.names, self.include_masks,
+                                           self.dataset.kpt_shape)
+      except InputError as e:  # too_many_objects
+        yield beam.pvalue.TaggedOutput("errors", e.record(label, key))
+        return
       for number, error in errors:
         yield beam.pvalue.TaggedOutput("errors", error.record(f"{label}:{number}", key,
                                                               level="object"))

@@ -1,0 +1,24 @@
+"""The backstop of sources.base.MAX_OBJECTS_PER_IMAGE: no image with more objects goes on.
+
+Every format bounds its images' objects where it parses them (so that one hostile image costs
+O(bound) memory); this is the check for a format that does not: such an image becomes a
+too_many_objects error in PrepareImages' locate step (prepare/locate.py, which every image
+passes once: no transform of its own, so no per-image Beam step more), before it is packed,
+sorted and written as one huge record. Pure and Beam-free.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
+from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE
+
+
+def over_the_bound(ann: ImageAnnotation) -> Optional[ErrorRecord]:
+  """The too_many_objects error of an image with more objects than the bound, else None."""
+  if len(ann.objects) <= MAX_OBJECTS_PER_IMAGE:
+    return None
+  return ErrorRecord(
+      source=ann.source, stage="parse", reason="too_many_objects", key=ann.key, level="image",
+      message=f"{ann.key} has {len(ann.objects):,} objects, more than the "
+      f"{MAX_OBJECTS_PER_IMAGE:,} one image may have: the image is not converted")
