@@ -77,9 +77,9 @@ class _SortRuns(beam.DoFn):
         yield from shard_plan.counts_below_bounds(split, unique, self.bounds[split]).items()
     for error in errors:
       yield beam.pvalue.TaggedOutput("errors", error)
-    if self.from_files:  # read and sorted: the spill is not needed again
-      for path in files:
-        os.remove(path)
+    # the spill files are left for Finalize's remove_work (.work/): a bundle retried after a
+    # failure downstream reads them again (deleting them here made every retry of this step
+    # fail). Scratch disk: the packed entries, ~150 bytes an image, until the run ends.
 
 
 class SortRuns(beam.PTransform):
