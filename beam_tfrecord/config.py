@@ -289,7 +289,13 @@ class ConvertConfig:
     if self.include_masks and not schema.masks:
       raise UsageError(f"--include-masks writes image/object/mask of the {schemas.DEFAULT} "
                        f"schema, not {schema.option}")
-    if self.include_masks and not registry.get(self.format).MASKS:
+    source = registry.get(self.format)
+    if schema.class_masks and not (source.MASKS or getattr(source, "CLASS_MASKS", False)):
+      fitting = [n for n in registry.FORMATS if registry.get(n).MASKS
+                 or getattr(registry.get(n), "CLASS_MASKS", False)]
+      raise UsageError(f"--schema {schema.option} paints segmentations or class PNGs: format "
+                       f"{self.format} has neither (use one of {', '.join(fitting)})")
+    if self.include_masks and not source.MASKS:
       with_masks = [name for name in registry.FORMATS if registry.get(name).MASKS]
       raise UsageError(f"--include-masks needs segmentations: format {self.format} has none "
                        f"(use one of {', '.join(with_masks)})")
@@ -429,6 +435,9 @@ def resolve(config: ConvertConfig,
   if config.schema is None:
     config = dataclasses.replace(config, schema="classification"
                                  if registry.image_level(config) else schemas.DEFAULT)
+  if (schemas.get(config.schema).class_masks and not config.include_masks
+      and registry.get(config.format).MASKS):  # deeplab paints the sources' segmentations
+    config = dataclasses.replace(config, include_masks=True)
   try:
     config.check_resolved()
   except ValueError as e:

@@ -28,6 +28,7 @@ from beam_tfrecord.records import coders, packed
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.sources import registry
 from beam_tfrecord.storage import files, paths
+from beam_tfrecord.write.leakage import FindCopies
 from beam_tfrecord.write.shard_writer import merge_stats
 from beam_tfrecord.write.transform import (Indexing, WriteShards,
                                            WriteWithBeamSink)
@@ -193,12 +194,14 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
     processes, min_images = writer_processes(root, config)
     tasks = root | "Shards" >> beam.Create([None]) | "ShardTasks" >> beam.FlatMap(
         shard_tasks, plan, beam.pvalue.AsSingleton(unchanged))  # --if-changed: none
-    stats, write_errors = tasks | "WriteShards" >> WriteShards(
-        staging, runs_dir, label_map, plan, options, template, processes, min_images,
-        remote_images=remote, spread=not in_process(root), indexing=indexing)
+    writer = WriteShards(staging, runs_dir, label_map, plan, options, template, processes,
+                         min_images, remote_images=remote, spread=not in_process(root),
+                         indexing=indexing)
+    stats, write_errors = tasks | "WriteShards" >> writer
     write_errors = (sort_errors, write_errors) | "PlanAndWriteErrors" >> beam.Flatten()
     beam_files = root | "NoBeamFiles" >> beam.Create([])
   else:
+    spill_dir = work_directories(staging, run_id, local)[1]
     splits = list(fractions) if fractions else (source_splits or [DEFAULT_SPLIT])
     known = set(splits)
     checked = images | "CheckSplit" >> beam.FlatMap(
@@ -222,11 +225,13 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
     write_errors = (checked.errors, encode_errors, overlaps) | "BeamErrors" >> beam.Flatten()
     beam_files = writer.written
 
+  # identical image bytes across splits and within one (write/leakage.py): warnings, counts
+  copies, leakage_counts = writer.contents | "FindCopies" >> FindCopies(spill_dir)
   merged_stats = (stats
                   | "StatsKey" >> beam.Map(lambda s: ((s["split"], s["shard"]), s))
                   | "MergeStats" >> beam.CombinePerKey(merge_stats)
                   | "StatsValues" >> beam.Values())
-  errors = ((source.errors, prepare_errors, write_errors)
+  errors = ((source.errors, prepare_errors, write_errors, copies)
             | "AllErrors" >> beam.Flatten())
   error_files = (errors
                  | "ErrorJson" >> beam.Map(ErrorRecord.to_json)
@@ -234,7 +239,8 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
                      paths.join(staging, "errors"), file_name_suffix=".jsonl",
                      shard_name_template="-SSSSS-of-NNNNN", num_shards=1))
   error_counts = ((errors | "Reasons" >> beam.FlatMap(
-                      lambda e: [(key, 1) for key in count_keys(e)]), excluded_counts)
+                      lambda e: [(key, 1) for key in count_keys(e)]), excluded_counts,
+                   leakage_counts)
                   | "AllCounts" >> beam.Flatten()
                   | "CountReasons" >> beam.CombinePerKey(sum))
   return (root
@@ -245,4 +251,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
               beam.pvalue.AsList(merged_stats),
               beam.pvalue.AsDict(error_counts), label_map,
               beam.pvalue.AsList(error_files), beam.pvalue.AsList(beam_files),
-              beam.pvalue.AsSingleton(planned), *finalize_if_changed))
+              beam.pvalue.AsSingleton(planned), *finalize_if_changed,
+              keypoints=beam.pvalue.AsList(
+                  source.keypoints if source.keypoints is not None
+                  else root | "NoKeypoints" >> beam.Create([]))))

@@ -46,8 +46,12 @@ _ENTRIES = [
     ("background_category", "warning", "a COCO category with id 0 that no annotation uses was "
      "dropped: id 0 means background in the TF OD API (Roboflow exports name the dataset so)"),
     ("bad_bbox", "object", "a Labelbox bounding box has a negative width or height"),
+    ("bad_class_mask", "image", "the deeplab schema's class PNG (VOC's SegmentationClass/) "
+     "is no 8-bit palette or grayscale PNG, or cannot be decoded"),
     ("bad_image_data", "image", "the LabelMe JSON's embedded imageData (its image whenever it "
      "is not null, as in labelme) is empty or not base64"),
+    ("bad_keypoint_visibility", "object", "a keypoint's visibility is not 0 (not labelled), 1 "
+     "(labelled, not visible) or 2 (visible), COCO's values: the object is dropped"),
     ("bad_polygon", "object", "a polygon has fewer than 3 points, or a point that is not x, y "
      "(CVAT, Labelbox)"),
     ("bad_segmentation", "object", "with --include-masks, the object's segmentation (polygons "
@@ -66,6 +70,10 @@ _ENTRIES = [
     ("category_zero_used", "file", "COCO annotations use category id 0, which the TF OD API "
      "reserves for background; fails the run (exit 2): give --label-map with an id >= 1 for "
      "that category"),
+    ("class_id_too_large", "object", "the deeplab schema paints label-map ids into an 8-bit "
+     "class mask: an object whose class id is over 254 (255 is ignore) cannot be painted"),
+    ("class_mask_size_mismatch", "image", "the class PNG (VOC's SegmentationClass/) is not "
+     "the size of its image"),
     ("class_out_of_range", "object", "a YOLO or keras-yolo3 class index is not one of the "
      "dataset's classes"),
     ("corrupt_image", "image", "the image cannot be decoded (a bad header or data, or a size "
@@ -74,6 +82,9 @@ _ENTRIES = [
      "it is rejected before decoding"),
     ("duplicate_category_id", "warning", "one COCO category id has two names in a file; the "
      "smallest name is used"),
+    ("duplicate_content", "warning", "another file in the same split has the same bytes "
+     "(SHA-256) under another name; both are written (the message names the first copy); "
+     "--strict and --max-error-rate count it as a rejected input"),
     ("duplicate_image", "warning", "the same image file is annotated more than once in a "
      "split; one annotation is used (the message names it)"),
     ("duplicate_image_id", "warning", "a COCO image id appears more than once in `images`; "
@@ -95,6 +106,16 @@ _ENTRIES = [
      "each"),
     ("inconsistent_size", "warning", "the CSV rows of one image give different sizes; the "
      "image header decides"),
+    ("keypoint_count_mismatch", "object", "an object has another number of keypoints than its "
+     "class names (COCO category `keypoints`, CVAT skeleton points): the object is dropped"),
+    ("keypoint_outside_image", "object", "a labelled keypoint lies outside the image: the "
+     "object (box, class and points) is dropped, as no point is moved or unlabelled"),
+    ("keypoints_differ", "file", "an annotation file defines other keypoints (names, or none) "
+     "than the dataset's first file: the records of one dataset need one layout of K points"),
+    ("leaked_across_splits", "warning", "a file has the same bytes (SHA-256) as a file of "
+     "another split (an evaluation there sees an image the model may train on); both are "
+     "written (the message names both); --strict and --max-error-rate count it as a rejected "
+     "input"),
     ("looks_normalized", "warning", "every CSV box lies within [0, 1.5]: read as pixels, but "
      "they look like fractions; if so, convert again with --csv-normalized"),
     ("malformed_csv", "file", "the CSV is empty, not UTF-8, or has a syntax error; the rows "
@@ -111,7 +132,7 @@ _ENTRIES = [
     ("malformed_xml", "file image", "the XML cannot be parsed or its root element is wrong "
      "(a CVAT file, or the rest of it; a VOC annotation)"),
     ("missing_annotation", "image", "a VOC image id is in a chosen ImageSets/Main list but "
-     "Annotations/ has no XML for it"),
+     "Annotations/ has no XML for it (ImageSets/Segmentation: SegmentationClass/ no PNG)"),
     ("missing_column", "file", "the CSV header lacks a required column (map names with "
      "--csv-columns)"),
     ("missing_field", "file image object", "a required field, tag or attribute is missing; "
@@ -134,7 +155,8 @@ _ENTRIES = [
      "skipped"),
     ("not_in_class_folder", "warning", "a file beside the class folders, in none of them, "
      "was skipped"),
-    ("not_in_split", "image", "a VOC image is in no ImageSets/Main list"),
+    ("not_in_split", "image", "a VOC image is in no ImageSets/Main list (with --schema "
+     "deeplab: ImageSets/Segmentation)"),
     ("not_jpeg", "image", "the coco-objects schema writes JPEG but the image is another "
      "format"),
     ("not_labelme", "file", "the JSON is not a LabelMe file (no `shapes`)"),
@@ -167,6 +189,8 @@ _ENTRIES = [
      "`categories`"),
     ("unknown_class", "object image", "the class is not in the label map (or, for Open Images, "
      "not in the class descriptions)"),
+    ("unknown_class_index", "image", "a class PNG (VOC's SegmentationClass/) holds a palette "
+     "index that is neither 0 (background), 255 (ignore) nor an id of the label map"),
     ("unknown_class_selected", "file", "--classes or --class-map names a class the source does "
      "not have; fails the run (exit 2)"),
     ("unknown_format", "image", "the file is not an image format this tool recognises"),
@@ -215,7 +239,9 @@ def markdown() -> str:
       "file, often with its line or entry), the `key` (the image's file name when known, else "
       "mostly the annotation file) and a `message` saying what was wrong. `manifest.json` "
       "counts errors `by_reason` and `by_level`; `--max-error-rate` and `--strict` count file, "
-      "image and object errors, never warnings ([output.md](output.md#errors-jsonl)).",
+      "image and object errors, and of the warnings only copies (`leaked_across_splits`, "
+      "`duplicate_content`: [output.md](output.md#copies-and-leakage-between-splits)) "
+      "([output.md](output.md#errors-jsonl)).",
       "",
       "A code found where it costs more or less (a missing field in a file's header, an "
       "image's entry or one object's row) is listed under each of its levels.",

@@ -10,6 +10,7 @@ import collections
 import dataclasses
 import glob
 import io
+import itertools
 import json
 import os
 import struct
@@ -51,13 +52,24 @@ def save(image: Image.Image, fmt: str, **params: Any) -> bytes:
   return out.getvalue()
 
 
+# Each image made here has its own bytes (a numbered JPEG comment or PNG text chunk, pixels
+# alike): the same bytes under two names are reported as copies (duplicate_content), which
+# the corpora do not mean to test.
+_SERIAL = itertools.count()
+
+
 def jpeg(size: Tuple[int, int] = (64, 48), mode: str = "RGB", color: Any = None,
          **params: Any) -> bytes:
+  params.setdefault("comment", f"bad_data {next(_SERIAL)}".encode())
   return save(solid(mode, size, color), "JPEG", quality=92, **params)
 
 
 def png(size: Tuple[int, int] = (64, 48), mode: str = "RGB", color: Any = None,
         **params: Any) -> bytes:
+  if "pnginfo" not in params:
+    from PIL import PngImagePlugin
+    params["pnginfo"] = PngImagePlugin.PngInfo()
+    params["pnginfo"].add_text("serial", str(next(_SERIAL)))
   return save(solid(mode, size, color), "PNG", **params)
 
 

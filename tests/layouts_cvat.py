@@ -13,6 +13,7 @@ assignee; `<dumped>` after the task/job/project); the docs' "XML annotation form
 """
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections import OrderedDict
 from pathlib import Path
@@ -156,20 +157,7 @@ def write_cvat(images: Sequence[sample.SampleImage], image_dir: Path, target: Pa
   meta["dumped"] = "2026-11-23 10:00:00.000000+00:00"
   extra = extra or {}
   path = target / "annotations.xml"
-  with open(path, "wb") as f:
-    w = _Writer(f)
-    w.gen.startDocument()
-    w.gen.startElement("annotations", {})
-    w.level += 1
-    w.indent()
-    w.gen.startElement("version", {})
-    w.gen.characters("1.1")
-    w.gen.endElement("version")
-    w.indent()
-    w.gen.startElement("meta", {})
-    w.meta(meta)
-    w.indent()
-    w.gen.endElement("meta")
+  with document(path, meta) as w:
     frames: Dict[str, int] = {}
     for im in ordered:
       subset = SUBSETS[im.split] if kind == "project" else ""
@@ -193,9 +181,31 @@ def write_cvat(images: Sequence[sample.SampleImage], image_dir: Path, target: Pa
         folder = target / "images" / subset
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copy(image_dir / im.file_name, folder / im.file_name)
+  return path
+
+
+@contextlib.contextmanager
+def document(path: Path, meta: OrderedDict):
+  """annotations.xml as CVAT's dumper writes it around its images: the declaration,
+  `<annotations>`, `<version>1.1</version>`, the `<meta>`; the writer is yielded for the
+  images, then the root is closed."""
+  with open(path, "wb") as f:
+    w = _Writer(f)
+    w.gen.startDocument()
+    w.gen.startElement("annotations", {})
+    w.level += 1
+    w.indent()
+    w.gen.startElement("version", {})
+    w.gen.characters("1.1")
+    w.gen.endElement("version")
+    w.indent()
+    w.gen.startElement("meta", {})
+    w.meta(meta)
+    w.indent()
+    w.gen.endElement("meta")
+    yield w
     w.level -= 1
     w.indent()
     w.gen.endElement("annotations")
     w.indent()
     w.gen.endDocument()
-  return path

@@ -116,7 +116,9 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       "classification CSV listings; tutorial: height, width, depth, label, "
                       "image_raw (the TF TFRecord tutorial; one class per image); coco-objects: "
                       "one record per object (image, path, area, bbox, category_id, id, "
-                      "image_id; JPEG); tfds-detection, tfds-image-folder: TFDS coco/2017's "
+                      "image_id; JPEG); deeplab: DeepLab's build_data.py keys, a class PNG "
+                      "per image in image/segmentation/class/encoded (VOC's SegmentationClass/, "
+                      "or polygons painted in order); tfds-detection, tfds-image-folder: TFDS coco/2017's "
                       "and image_folder's features, chosen by --layout tfds")
   add(parser, "--split", metavar="NAME=FRAC,...",
                       help="assign splits by a hash of each image's key, e.g. "
@@ -183,12 +185,16 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   add(policy, "--max-error-rate", type=float, metavar="R",
                       help="fail (exit code 3, after writing the error report) when rejected "
                       "inputs per image seen exceed R (0..1). Warnings, such as a wrong "
-                      "annotated size, do not count; an annotation file rejected at file "
+                      "annotated size, do not count, except copies: each image with the same "
+                      "bytes as an image of another split (leaked_across_splits) or as another "
+                      "file of its own split (duplicate_content) counts as one rejected input, "
+                      "though it is written; an annotation file rejected at file "
                       "level counts as one. Default: rejected images and objects do not fail "
                       "the run, a file-level rejection does (exit code 4: what the file held "
                       "is missing in an unknown amount)")
   add(policy, "--strict", action="store_true",
-                      help="same as --max-error-rate 0: any rejected input fails the run")
+                      help="same as --max-error-rate 0: any rejected input, and any copy "
+                      "(leaked_across_splits, duplicate_content), fails the run (exit code 3)")
   add(parser, "--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, metavar="N",
                       help="reject images whose header declares more pixels than N, before "
                       f"decoding anything (decompression bombs). Default {DEFAULT_MAX_PIXELS}")
@@ -207,7 +213,8 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       help="coco, yolo: rasterize each object's segmentation (COCO polygons or "
                       "RLE, crowd regions included; YOLO segmentation polygons) into "
                       "image/object/mask (od-api), one PNG of 0/1 at the image's size per "
-                      "object, as the official converter's --include_masks does")
+                      "object, as the official converter's --include_masks does; --schema "
+                      "deeplab paints the segmentations it keeps into one class mask")
   size = parser.add_mutually_exclusive_group()
   add(size, "--max-side", type=int, metavar="N",
                     help="scale images down (aspect ratio kept) so that the longest side is at "

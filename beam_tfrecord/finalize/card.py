@@ -157,6 +157,51 @@ def _command(manifest: Manifest) -> str:
   return "beam-tfrecord " + shlex.join(args) if args else "(not recorded)"
 
 
+def leakage_section(manifest: Manifest) -> List[str]:
+  """Copies by content (write/contents.py): the counts, and what was not compared."""
+  found = manifest.leakage
+  if found is None:  # a manifest from before the check
+    return []
+  out = ["## Identical images", ""]
+  if found.copies:
+    out.append(f"Of {found.images_checked} images compared by their bytes (SHA-256), "
+               f"{found.leaked_across_splits} also have a copy in another split "
+               f"(`leaked_across_splits`: an evaluation there sees them) and "
+               f"{found.duplicate_content} are copies under another name within their split "
+               "(`duplicate_content`). Each is a warning in the error report naming both "
+               "files.")
+  else:
+    out.append(f"No two of the {found.images_checked} images compared have identical bytes "
+               "(SHA-256), across splits or within one.")
+  if found.images_unchecked:
+    out.append(f"{found.images_unchecked} images kept from the earlier output were not read, "
+               "and not compared.")
+  return out[:2] + [" ".join(out[2:]), ""]
+
+
+def keypoints_section(manifest: Manifest) -> List[str]:
+  """The points each object carries (manifest `keypoints`): names, classes, skeleton."""
+  layout = manifest.keypoints
+  if not layout:
+    return []
+  names = layout.get("names", [])
+  owners: Dict[int, List[str]] = {}
+  for label, where in layout.get("classes", {}).items():
+    for i in range(where["first"], where["first"] + where["count"]):
+      owners.setdefault(i, []).append(label)
+  out = ["## Keypoints", "", f"Every object carries {len(names)} keypoints (x, y normalized "
+         "like the boxes; visibility 0 not labelled, 1 labelled but not visible, 2 visible); "
+         "an object whose class has none carries them unlabelled. Read them with the research "
+         f"TF OD API's `TfExampleDecoder(num_keypoints={len(names)})`.", ""]
+  out += _table(["index", "name", "classes"], [
+      (i, _text(name), ", ".join(_text(c) for c in owners.get(i, []))) for i, name in
+      enumerate(names)], right=3) + [""]
+  edges = layout.get("skeleton", [])
+  if edges:
+    out += ["Skeleton (index pairs): " + ", ".join(f"{a}-{b}" for a, b in edges) + ".", ""]
+  return out
+
+
 def render(manifest: Union[Manifest, Mapping]) -> str:
   """README.md for the output directory this manifest describes."""
   manifest = Manifest.of(manifest)
@@ -206,6 +251,7 @@ def render(manifest: Union[Manifest, Mapping]) -> str:
   rows = [(label_map.get(c, "-"), _text(c), *[e.classes.get(c, 0) for e in splits.values()],
            sum(e.classes.get(c, 0) for e in splits.values())) for c in names]
   out += _table(["id", "class", *map(_text, splits), "total"], rows, right=2) + [""]
+  out += keypoints_section(manifest)
 
   out += ["## Features", "", "Keys with one value per example are read as "
           "`tf.io.FixedLenFeature([])`; lists (per object) as `tf.io.VarLenFeature`.", ""]
@@ -228,6 +274,7 @@ def render(manifest: Union[Manifest, Mapping]) -> str:
           "```", ""]
 
   out += tfds_snippet(manifest)
+  out += leakage_section(manifest)
   out += ["## Errors", ""]
   count = errors.count
   if not count:

@@ -21,7 +21,7 @@ import posixpath
 from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 from beam_tfrecord.errors import UsageError
-from beam_tfrecord.records.manifest import Manifest
+from beam_tfrecord.records.manifest import Leakage, Manifest
 from beam_tfrecord.storage import files, paths
 from beam_tfrecord.storage.layout import (JOURNAL, LABEL_MAP, LABELS_TXT, LOCK, MANIFEST,  # noqa: F401
                                           OWN_PREFIX, RUN_PREFIX, WORK, kill_point,
@@ -371,6 +371,16 @@ def append_line(incremental: Dict) -> str:
           f"rewritten, {shards['kept']:,} kept")
 
 
+def leakage_line(leakage: Leakage) -> str:
+  """The summary's line on copies by content (write/contents.py), and what was not compared."""
+  line = (f"identical bytes: {leakage.leaked_across_splits:,} leaked across splits, "
+          f"{leakage.duplicate_content:,} duplicate content within a split")
+  if leakage.images_unchecked:
+    line += (f"; {leakage.images_checked:,} images compared, {leakage.images_unchecked:,} "
+             "kept from the earlier output not read")
+  return line
+
+
 def summary(manifest: Union[Manifest, Dict], output: str,
             seconds: Optional[float] = None) -> str:
   manifest = Manifest.of(manifest)
@@ -393,6 +403,9 @@ def summary(manifest: Union[Manifest, Dict], output: str,
                f"{totals['clipped_boxes']}, errors {errors.count - warnings}"
                + (f", warnings {warnings}" if warnings else "")
                + (f", {seconds:.1f} s" if seconds is not None else ""))
+  leakage = manifest.leakage
+  if leakage is not None and (leakage.copies or leakage.images_unchecked):
+    lines.append(f"  {leakage_line(leakage)}")
   incremental = manifest.incremental
   if incremental:
     shards = incremental["shards"]

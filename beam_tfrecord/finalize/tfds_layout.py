@@ -97,9 +97,10 @@ def label_names(label_map: Mapping[str, int]) -> str:
   return "".join(name + "\n" for name, _ in sorted(label_map.items(), key=lambda kv: kv[1]))
 
 
-def _tensor(dtype: str) -> Dict[str, Any]:
+def _tensor(dtype: str, *shape: int) -> Dict[str, Any]:
+  dimensions = {"dimensions": [str(n) for n in shape]} if shape else {}
   return {"pythonClassName": _TENSOR, "tensor": {"dtype": dtype, "encoding": "none",
-                                                 "shape": {}}}
+                                                 "shape": dimensions}}
 
 
 def _image(channels: int, encoding: Optional[str] = None) -> Dict[str, Any]:
@@ -115,9 +116,11 @@ def _class_label(num_classes: int) -> Dict[str, Any]:
 
 
 def features(schema_option: str, num_classes: int, include_masks: bool = False,
-             image_encoding: Optional[str] = None) -> Dict[str, Any]:
+             image_encoding: Optional[str] = None,
+             num_keypoints: Optional[int] = None) -> Dict[str, Any]:
   """features.json: TFDS coco/2017's features (objects with area, bbox, id, is_crowd, label;
-  with masks LVIS's `segmentation`, a 1-channel PNG per object), or image_folder's."""
+  with masks LVIS's `segmentation`, a 1-channel PNG per object; with `num_keypoints` K,
+  `keypoints` (K, 2) [y, x] and `keypoint_visibility` (K,)), or image_folder's."""
   if schema_option == IMAGE_FOLDER:
     top = {"image": _image(3, image_encoding), "image/filename": {
         "pythonClassName": _TEXT, "text": {}}, "label": _class_label(num_classes)}
@@ -132,6 +135,9 @@ def features(schema_option: str, num_classes: int, include_masks: bool = False,
     }
     if include_masks:
       objects["segmentation"] = _image(1, "png")
+    if num_keypoints:
+      objects["keypoints"] = _tensor("float32", num_keypoints, 2)
+      objects["keypoint_visibility"] = _tensor("int64", num_keypoints)
     top = {"image": _image(3, image_encoding),
            "image/filename": {"pythonClassName": _TEXT, "text": {}},
            "image/id": _tensor("int64"),

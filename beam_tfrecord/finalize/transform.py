@@ -28,6 +28,7 @@ from beam_tfrecord.records.manifest import ErrorSummary, Manifest
 from beam_tfrecord.prepare.select import EXCLUDED_PREFIX
 from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.storage import paths
+from beam_tfrecord.write import contents
 
 MANIFEST = outputs.MANIFEST
 LABEL_MAP = outputs.LABEL_MAP
@@ -48,12 +49,17 @@ class Finalize(beam.DoFn):
     self.incremental = incremental
 
   def process(self, _, stats, error_counts, label_map, error_files, beam_files, plan,
-              if_changed=None):
+              if_changed=None, keypoints=()):
     """`if_changed` (--if-changed only): fingerprint.compare's answer, from the workers. When
-    unchanged, the run replaces nothing: its run directory goes and the skip is counted."""
+    unchanged, the run replaces nothing: its run directory goes and the skip is counted.
+    `keypoints`: the source's KeypointLayout, when it has keypoints (sources/keypoints.py)."""
     from apache_beam.io.filesystems import FileSystems
     if if_changed is not None and if_changed["unchanged"]:
       yield self._skip(if_changed)
+      return
+    committed = None if self.config.append else _committed(self.config.output, self.run_id)
+    if committed is not None:  # a retried bundle: an earlier attempt of this step swapped
+      yield committed
       return
     fingerprint = if_changed["current"] if if_changed else self.config.source_fingerprint
     run_directory = self.run_directory
@@ -72,18 +78,21 @@ class Finalize(beam.DoFn):
       outputs.write_atomic(run_directory, LABELS_TXT,
                            label_maps.to_lines(label_map).encode())
     splits = split_entries(stats, beam_files)
+    layout = keypoints[0] if keypoints else None
     if self.config.layout == "tfds":
-      _write_tfds_metadata(run_directory, self.config, splits, label_map)
+      _write_tfds_metadata(run_directory, self.config, splits, label_map, layout)
     totals = {k: sum(getattr(e, k) for e in splits.values())
               for k in ("examples", "images", "objects", "bytes", "clipped_boxes",
                         "reoriented_images")}
     reasons = {k: v for k, v in sorted(error_counts.items())
-               if not k.startswith(("level:", EXCLUDED_PREFIX))}
+               if not k.startswith(("level:", EXCLUDED_PREFIX, contents.PREFIX))}
     levels = {k[6:]: v for k, v in sorted(error_counts.items()) if k.startswith("level:")}
     excluded = {k[len(EXCLUDED_PREFIX):]: v for k, v in sorted(error_counts.items())
                 if k.startswith(EXCLUDED_PREFIX)}
-    rate = error_rate(totals["images"], levels)  # per image: records may be several or none
-    outcome, status = outcome_of(totals, levels, rate, self.config.max_error_rate,
+    leakage = contents.leakage(error_counts, totals["images"])
+    weighed = contents.weighed(levels, leakage)  # a copy counts as a rejection
+    rate = error_rate(totals["images"], weighed)  # per image: records may be several or none
+    outcome, status = outcome_of(totals, weighed, rate, self.config.max_error_rate,
                                  lost_records(plan.splits, stats),
                                  empty_splits(self.declared, splits), reasons)
     if outcome == "ok" and not locks.held_by(self.config.output, self.run_id):
@@ -98,8 +107,9 @@ class Finalize(beam.DoFn):
         args=tuple(self.argv), source_fingerprint=fingerprint,
         config=dataclasses.asdict(dataclasses.replace(self.config,
                                                       source_fingerprint=fingerprint)),
-        features=schema.manifest_features(),
+        features=schema.manifest_features(keypoints=layout is not None),
         label_map=dict(sorted(label_map.items(), key=lambda kv: kv[1])),
+        keypoints=layout.to_json() if layout is not None else None,
         # where each shard begins: what --plan-from and --incremental read (plan/previous.py)
         shard_plan=plan_record(plan, stats) if self.config.sink == "shards" else None,
         incremental=(publish.append_summary(self.incremental, stats)
@@ -112,7 +122,7 @@ class Finalize(beam.DoFn):
         errors=ErrorSummary(count=sum(reasons.values()), rate=rate, by_level=levels,
                             by_reason=reasons, files=tuple(sorted(
                                 posixpath.basename(f.replace("\\", "/")) for f in error_files))),
-        files=tuple(files))
+        leakage=leakage, files=tuple(files))
     outputs.write_atomic(run_directory, card.NAME,
                          card.render(manifest).encode("utf-8"))
     # the bytes --append's publish claims a version with on gs:// (publish.manifest_json)
@@ -141,6 +151,24 @@ class Finalize(beam.DoFn):
         self.config.output, if_changed["created"], if_changed["current"]))
     return {"outcome": "unchanged", "run_id": self.run_id,
             "source_fingerprint": if_changed["current"], "created": if_changed["created"]}
+
+
+def _committed(output: str, run_id: str) -> Optional[Dict]:
+  """The manifest this run swapped into the output, when an earlier attempt of Finalize got
+  that far (a runner retries a failed bundle), with a swap it left part way rolled forward;
+  None otherwise. Done again, the step would find the run directory emptied by the swap and
+  write a manifest without the shards, whose swap then deletes them from the output."""
+  try:
+    journal = outputs.pending_swap(output)
+  except Exception:  # unreadable: not this run's to finish (the next run's launcher looks)
+    journal = None
+  if isinstance(journal, dict) and journal.get("run_id") == run_id:
+    outputs.recover(output)
+  try:
+    manifest = outputs.read_json(paths.join(output, MANIFEST))
+  except Exception:  # none yet (a first run), or being replaced by this run
+    return None
+  return manifest if isinstance(manifest, dict) and manifest.get("run_id") == run_id else None
 
 
 def _share_kept(run_directory: str, stats: Sequence[Dict]) -> None:
@@ -183,13 +211,14 @@ def incremental_summary(incremental: Dict, plan, stats: Sequence[Dict],
 
 
 def _write_tfds_metadata(run_directory: str, config, splits: Dict,
-                         label_map: Dict[str, int]) -> None:
+                         label_map: Dict[str, int], keypoints=None) -> None:
   """--layout tfds: dataset_info.json, features.json and the ClassLabel's names beside the
   shards (finalize/tfds_layout.py), so that TFDS loads the directory as it is."""
   tfds_layout.check_label_ids(label_map)
   option = config.schema_option()
   encoding = config.image_format if config.image_format in ("jpeg", "png") else None
-  features = tfds_layout.features(option, len(label_map), config.include_masks, encoding)
+  features = tfds_layout.features(option, len(label_map), config.include_masks, encoding,
+                                  keypoints.size if keypoints is not None else None)
   description = (f"{config.dataset_name}: converted by beam-tfrecord {beam_tfrecord.__version__}"
                  f" from {config.format} annotations ("
                  f"{', '.join(paths.parse_assignment(i)[1] for i in config.inputs)}).")

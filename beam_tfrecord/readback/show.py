@@ -1,6 +1,7 @@
 """`beam-tfrecord show`: a grid of examples drawn from the records themselves.
 
-Boxes in their class colour with the class name, masks as translucent overlays, and for
+Boxes in their class colour with the class name, masks as translucent overlays (a class
+mask, deeplab's, as one overlay per class present: 255, ignore, in light grey), and for
 classification records a frame in the class colour with the class as caption. What is drawn
 comes only from the TFRecords and manifest.json (through views.py), never from the source
 files, so the picture shows what a trainer will read.
@@ -26,6 +27,8 @@ CAPTION = 18         # text line under each tile
 LINE = 3             # box outline width in pixels
 MASK_ALPHA = 0.45    # mask overlay opacity
 BACKGROUND = (24, 24, 24)
+IGNORE_LABEL = "255 (ignore)"    # a class mask's ignore regions (VOC's border, COCO's crowds)
+IGNORE_COLOR = (235, 235, 235)
 HALO = (0, 0, 0)
 # Evenly spread, saturated hues: neighbouring class ids get distant colours.
 PALETTE: Tuple[Tuple[int, int, int], ...] = tuple(
@@ -105,7 +108,8 @@ def render(items: Sequence[views.Item], label_map: Mapping[str, int], tile: int 
     scale = min(tile / picture.width, tile / picture.height)
     size = (max(1, round(picture.width * scale)), max(1, round(picture.height * scale)))
     picture = picture.resize(size, Image.BILINEAR)
-    colors = [box_color(label, label_map) for label in entry.labels]
+    colors = [IGNORE_COLOR if label == IGNORE_LABEL else box_color(label, label_map)
+              for label in entry.labels]
     _overlay_masks(picture, entry.masks, colors)
     x, y = cx + (tile - size[0]) // 2, cy + (tile - size[1]) // 2
     grid.paste(picture, (x, y))
@@ -187,7 +191,41 @@ def sample(output: str, manifest: Union[Manifest, Mapping], split: str, n: int,
           records.append(record)
         elif rng.randrange(seen) < n:
           records[rng.randrange(n)] = record
-  return [views.item(views.parse(r), view, names) for r in records]
+  class_key = _class_mask_key(manifest)
+  items = []
+  for record in records:
+    features = views.parse(record)
+    entry = views.item(features, view, names)
+    if class_key and features.get(class_key):  # drawn as masks, one per class present
+      entry.masks, entry.labels = class_regions(features[class_key][0], names)
+    items.append(entry)
+  return items
+
+
+def _class_mask_key(manifest: Manifest) -> Optional[str]:
+  """The key of the output's class mask (deeplab's, renamed or not), None when it has none."""
+  from beam_tfrecord.schemas.deeplab import CLASS_MASK_FEATURE
+  key = views.renames(manifest).get(CLASS_MASK_FEATURE, CLASS_MASK_FEATURE)
+  return key if key in manifest.features else None
+
+
+def class_regions(png: bytes, names: Mapping[int, str]) -> Tuple[List[bytes], List[str]]:
+  """A class mask (one PNG of class ids) as one 0/1 PNG per value but background (0), with
+  its class name (IGNORE_LABEL for 255): render draws each like an instance mask, in the
+  class's colour. An unreadable mask draws nothing."""
+  import io
+  try:
+    with Image.open(io.BytesIO(png)) as opened:
+      mask = opened.convert("L")
+  except Exception:
+    return [], []
+  regions, labels = [], []
+  for value in sorted(v for _, v in mask.getcolors(256) or () if v):
+    out = io.BytesIO()
+    mask.point(lambda p, v=value: 1 if p == v else 0).save(out, format="PNG")
+    regions.append(out.getvalue())
+    labels.append(IGNORE_LABEL if value == 255 else names.get(value, str(value)))
+  return regions, labels
 
 
 def show(output: str, split: Optional[str] = None, n: int = 16, seed: int = 0,

@@ -123,12 +123,41 @@ class ErrorSummary:
                files=tuple(_check(f, str, f"errors.files[{i}]") for i, f in enumerate(files)))
 
 
+@dataclasses.dataclass(frozen=True)
+class Leakage:
+  """Copies found by content (write/contents.py): images written under other names whose
+  bytes (SHA-256) equal another's. Counts are of extra copies: a content in train and val is
+  one leaked_across_splits, three files of one content in a split two duplicate_content.
+  images_checked were compared: hashed by this run, or kept or copied by --incremental or
+  --append with the digest their shard index has; images_unchecked were not (kept from an
+  index written before the check)."""
+  leaked_across_splits: int = 0
+  duplicate_content: int = 0
+  images_checked: int = 0
+  images_unchecked: int = 0
+
+  @property
+  def copies(self) -> int:
+    return self.leaked_across_splits + self.duplicate_content
+
+  def to_json(self) -> Dict[str, int]:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_json(cls, item: Any) -> "Leakage":
+    item = _check(item, dict, "leakage")
+    return cls(**{f.name: _check(item.get(f.name, 0), int, f"leakage.{f.name}")
+                  for f in dataclasses.fields(cls)})
+
+
 # Keys written in this order; the optional ones only when set (shard_plan: --sink shards,
-# incremental: --incremental, excluded_classes: --classes/--class-map).
+# incremental: --incremental, excluded_classes: --classes/--class-map; leakage: runs since
+# the check, write/contents.py).
 _KEYS = ("tool", "version", "status", "outcome", "run_id", "created", "schema", "format", "sink",
-         "args", "source_fingerprint", "config", "features", "label_map", "shard_plan",
-         "incremental", "excluded_classes", "splits", "totals", "errors", "files")
-_OPTIONAL = ("shard_plan", "incremental", "excluded_classes")
+         "args", "source_fingerprint", "config", "features", "label_map", "keypoints",
+         "shard_plan",
+         "incremental", "excluded_classes", "splits", "totals", "errors", "leakage", "files")
+_OPTIONAL = ("shard_plan", "incremental", "excluded_classes", "leakage", "keypoints")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,12 +177,14 @@ class Manifest:
   config: Dict[str, Any] = dataclasses.field(default_factory=dict)   # the settings, as given
   features: Dict[str, Any] = dataclasses.field(default_factory=dict)  # key -> feature spec
   label_map: Dict[str, int] = dataclasses.field(default_factory=dict)
+  keypoints: Optional[Dict[str, Any]] = None    # records/keypoints.KeypointLayout.to_json
   shard_plan: Optional[Dict[str, Any]] = None   # plan/previous reads and checks it
   incremental: Optional[Dict[str, Any]] = None
   excluded_classes: Optional[Dict[str, int]] = None
   splits: Dict[str, SplitInfo] = dataclasses.field(default_factory=dict)
   totals: Dict[str, int] = dataclasses.field(default_factory=dict)
   errors: ErrorSummary = ErrorSummary()
+  leakage: Optional[Leakage] = None             # None: a manifest from before the check
   files: Optional[Tuple[str, ...]] = None       # None: a manifest from before the list
   extra: Dict[str, Any] = dataclasses.field(default_factory=dict)  # keys of other versions
 
@@ -173,7 +204,8 @@ class Manifest:
     """The JSON object, keys in the order every version wrote them."""
     values = {"args": list(self.args), "errors": self.errors.to_json(),
               "splits": {k: v.to_json() for k, v in self.splits.items()},
-              "files": list(self.files) if self.files is not None else None}
+              "files": list(self.files) if self.files is not None else None,
+              "leakage": self.leakage.to_json() if self.leakage is not None else None}
     result = {}
     for key in _KEYS:
       value = values[key] if key in values else getattr(self, key)
@@ -196,7 +228,7 @@ class Manifest:
                         "format", "sink")}
     objects = {key: _check(data.get(key), dict, key, optional=True)
                for key in ("source_fingerprint", "shard_plan", "incremental",
-                           "excluded_classes")}
+                           "excluded_classes", "keypoints")}
     return cls(
         **text, **objects, args=tuple(str(a) for a in args),
         config=_check(data.get("config") or {}, dict, "config"),
@@ -205,6 +237,7 @@ class Manifest:
         splits={str(k): SplitInfo.from_json(v, f"splits.{k}") for k, v in splits.items()},
         totals=_counts(data.get("totals"), "totals"),
         errors=ErrorSummary.from_json(data.get("errors")),
+        leakage=Leakage.from_json(data["leakage"]) if data.get("leakage") is not None else None,
         files=tuple(files) if files is not None else None,
         extra={k: v for k, v in data.items() if k not in _KEYS})
 

@@ -8,13 +8,21 @@ segmentation is checked here first, and a bad one is an InputError (an object-le
 The PNG encoding is the official converters' (research/object_detection and official/vision
 create_coco_tf_record.py): an 8-bit grayscale PNG holding 0 and 1, at the image's size, read by
 official/vision's TfExampleDecoder(include_mask=True) with tf.io.decode_png(channels=1).
+
+Class masks (the deeplab schema) are one 8-bit grayscale PNG per image, as DeepLab's
+build_data.py writes `image/segmentation/class/encoded`: 0 background, a class's label-map id
+where it is, IGNORE (255) where nothing may be learnt. `paint` makes one from objects (later
+over earlier); a class PNG of the source (VOC's SegmentationClass/) is taken as it is, its
+palette indices being the classes (`open_class_png`, `class_array`, `check_class_values`).
 """
 from __future__ import annotations
 
+import base64
+import dataclasses
 import io
 import json
 import math
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Collection, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from PIL import Image
@@ -162,3 +170,82 @@ def encode_png(mask: np.ndarray) -> bytes:
   out = io.BytesIO()
   Image.fromarray(mask.astype(np.uint8, copy=False)).save(out, format="PNG")
   return out.getvalue()
+
+
+# --- class masks (the deeplab schema) ---------------------------------------------------------
+
+BACKGROUND = 0
+IGNORE = 255   # DeepLab's ignore_label: VOC's void border, COCO's crowd regions
+MAX_CLASS_ID = 254  # ids above do not fit an 8-bit mask beside IGNORE
+_CLASS_PNG = "class_png"  # the key of a carried class PNG (class_png_json)
+_CLASS_MODES = ("P", "L")  # palette indices (VOC) or gray values (SegmentationClassRaw)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassMask:
+  """One image's class mask as written: the PNG and the values it holds (sorted)."""
+  png: bytes
+  values: Tuple[int, ...]
+
+
+def paint(layers: Iterable[Tuple[np.ndarray, int]], width: int, height: int) -> np.ndarray:
+  """uint8 [height, width] of BACKGROUND with each (0/1 mask, value) painted in order: a
+  later layer over an earlier one. `layers` may be a generator: one mask is held at a time."""
+  canvas = np.zeros((height, width), np.uint8)
+  for mask, value in layers:
+    canvas[mask != 0] = value
+  return canvas
+
+
+def class_mask(canvas: np.ndarray) -> ClassMask:
+  """A painted or read class array as written: its PNG (encode_png) and its values."""
+  return ClassMask(encode_png(canvas), tuple(int(v) for v in np.unique(canvas)))
+
+
+def class_png_json(data: bytes) -> str:
+  """A source's class PNG carried as ObjectAnnotation.segmentation (base64 in compact JSON):
+  read where the annotation is parsed, so the writer makes no second read per image."""
+  return to_json({_CLASS_PNG: base64.b64encode(data).decode("ascii")})
+
+
+def carried_class_png(text: Optional[str]) -> Optional[bytes]:
+  """The class PNG class_png_json carries, else None (an object's own segmentation)."""
+  if not text or not text.startswith('{"' + _CLASS_PNG):
+    return None
+  return base64.b64decode(json.loads(text)[_CLASS_PNG])
+
+
+def _bad_class_png(message: str) -> InputError:
+  return InputError("validate", "bad_class_mask", message)
+
+
+def open_class_png(data: bytes) -> Image.Image:
+  """A class PNG opened, its header read (size and mode, nothing decoded): a single-channel
+  8-bit PNG (palette or gray), else InputError bad_class_mask."""
+  try:
+    image = Image.open(io.BytesIO(data))
+  except Exception as e:  # not an image, or over Pillow's decompression-bomb limit
+    raise _bad_class_png(f"the class PNG cannot be read ({type(e).__name__})") from None
+  if image.format != "PNG" or image.mode not in _CLASS_MODES:
+    raise _bad_class_png(f"a class mask must be an 8-bit palette or grayscale PNG, not "
+                         f"{image.format} mode {image.mode}")
+  return image
+
+
+def class_array(image: Image.Image) -> np.ndarray:
+  """The pixel values of an open_class_png image (palette indices as they are), decoded."""
+  try:
+    return np.asarray(image)
+  except Exception as e:  # truncated or corrupt data
+    raise _bad_class_png(f"the class PNG cannot be decoded ({type(e).__name__}: {e})") from None
+
+
+def check_class_values(canvas: np.ndarray, ids: Collection[int]) -> None:
+  """InputError unknown_class_index when a value of the class array is neither BACKGROUND,
+  IGNORE nor an id."""
+  unknown = sorted(set(np.unique(canvas).tolist()) - set(ids) - {BACKGROUND, IGNORE})
+  if unknown:
+    raise InputError("validate", "unknown_class_index",
+                     f"the class PNG holds {', '.join(map(str, unknown[:10]))}, which "
+                     f"{'is' if len(unknown) == 1 else 'are'} no class of the label map (nor "
+                     f"{BACKGROUND} background or {IGNORE} ignore)")

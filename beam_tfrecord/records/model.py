@@ -51,6 +51,10 @@ class ObjectAnnotation:
   # since these records go through shuffles. Rasterized into `mask` (PNG) by the writer.
   segmentation: Optional[str] = None
   mask: Optional[bytes] = None
+  # In a dataset with keypoints (records/keypoints.py): the layout's K points as flat
+  # (x, y, visibility) triples in the units of `box` (pixels, or [0, 1] when normalized);
+  # None in a dataset without keypoints.
+  keypoints: Optional[Tuple[float, ...]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +70,8 @@ class ImageAnnotation:
   size_bytes: file size, filled in when the file is located (for shard sizing).
   labels:    image-level class names (class folders, classification listings); boxes go in
              `objects`.
+  keypoint_names: in a dataset with keypoints, the names of the K points each object
+             carries (its KeypointLayout's), written per object as image/object/keypoint/text.
   """
   key: str
   uri: str
@@ -77,6 +83,7 @@ class ImageAnnotation:
   height: Optional[int] = None
   size_bytes: Optional[int] = None
   labels: Tuple[str, ...] = ()
+  keypoint_names: Tuple[str, ...] = ()
 
   def replace(self, **changes: Any) -> "ImageAnnotation":
     """A copy with `changes`: dataclasses.replace without its per-field __init__ (every image

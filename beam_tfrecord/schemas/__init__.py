@@ -16,6 +16,8 @@ and optionally:
   planned_records(ann) -> int   records written for one image (--records-per-shard); default 1
   feature_spec(include_masks)   FEATURE_SPEC plus MASK_FEATURE (schemas that write masks)
   MASK_FEATURE                  the key --include-masks writes (absent: masks not supported)
+  CLASS_MASK_FEATURE            the key of one class mask per image (deeplab): the writer
+                                paints or reads it and passes class_mask=masks.ClassMask
   IMAGE_FORMAT                  the one image format its readers decode ('keep' turns into it)
 Anything done to every schema's output belongs in `Schema`, so that the sinks, the manifest
 and the reader need no change. Helpers shared by schema modules are in `base`.
@@ -33,6 +35,7 @@ import functools
 import importlib
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from beam_tfrecord.schemas import base
 from beam_tfrecord.schemas.base import Encoded  # noqa: F401 (re-exported)
 from beam_tfrecord.schemas.base import parse_feature_names
 
@@ -42,6 +45,7 @@ REGISTRY: Dict[str, str] = {
     "classification": "beam_tfrecord.schemas.classification",
     "tutorial": "beam_tfrecord.schemas.tutorial",
     "coco-objects": "beam_tfrecord.schemas.coco_objects",
+    "deeplab": "beam_tfrecord.schemas.deeplab",
     # --layout tfds chooses one of these (finalize/tfds_layout.py)
     "tfds-detection": "beam_tfrecord.schemas.tfds_detection",
     "tfds-image-folder": "beam_tfrecord.schemas.tfds_image_folder",
@@ -94,8 +98,14 @@ class Schema:
 
   @property
   def masks(self) -> bool:
-    """Whether --include-masks applies (the schema has a mask feature)."""
-    return hasattr(self.module, "MASK_FEATURE")
+    """Whether --include-masks applies (the schema has a mask feature, or paints one)."""
+    return hasattr(self.module, "MASK_FEATURE") or self.class_masks
+
+  @property
+  def class_masks(self) -> bool:
+    """Whether each record holds one class mask (deeplab), painted from the objects'
+    segmentations or read from the source's class PNG: what --include-masks keeps."""
+    return hasattr(self.module, "CLASS_MASK_FEATURE")
 
   @property
   def image_format(self) -> Optional[str]:
@@ -112,11 +122,17 @@ class Schema:
     lookup cost 6 us an image in the pipeline's Pack step)."""
     return getattr(self.module, "planned_records", None) or _one_record
 
-  def manifest_features(self) -> Dict[str, Dict[str, str]]:
-    return {k: {"dtype": d, "kind": kind} for k, (d, kind) in self.feature_spec.items()}
+  def manifest_features(self, keypoints: bool = False) -> Dict[str, Dict[str, str]]:
+    """The feature spec as manifest.json records it; with `keypoints` (the source has them)
+    the schema's KEYPOINT_SPEC too."""
+    spec = dict(self.feature_spec)
+    if keypoints:
+      spec.update(base.renamed(getattr(self.module, "KEYPOINT_SPEC", {}), dict(self.renames)))
+    return {k: {"dtype": d, "kind": kind} for k, (d, kind) in spec.items()}
 
-  def encode(self, ann, image, label_map: Mapping[str, int], options) -> Encoded:
-    extra: Dict[str, Any] = {}
+  def encode(self, ann, image, label_map: Mapping[str, int], options, **given: Any) -> Encoded:
+    """`given`: what the writer made for this schema (class_mask), passed on as it is."""
+    extra: Dict[str, Any] = dict(given)
     if self.include_masks:
       extra["include_masks"] = True
     if self.renames:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Dict, Mapping, Optional, Tuple
 
-from beam_tfrecord.records import protos
+from beam_tfrecord.records import keypoints, protos
 from beam_tfrecord.records.model import ImageAnnotation
 from beam_tfrecord.schemas import base
 from beam_tfrecord.schemas.base import Encoded
@@ -41,6 +41,17 @@ FEATURE_SPEC: Dict[str, Tuple[str, str]] = {
 }
 # --include-masks: one PNG (0/1, image size) per object, as the official converter writes it.
 MASK_FEATURE = "image/object/mask"
+# A source with keypoints (records/keypoints.py): K values per object, flattened, as research
+# create_coco_tf_record.py writes them: x, y normalized like the boxes, visibility 0/1/2,
+# `num` the labelled points (v > 0) of each object, `text` each object's K point names.
+# Research TfExampleDecoder(num_keypoints=K) reads x, y and visibility.
+KEYPOINT_SPEC: Dict[str, Tuple[str, str]] = {
+    "image/object/keypoint/x": ("float32", "var"),
+    "image/object/keypoint/y": ("float32", "var"),
+    "image/object/keypoint/visibility": ("int64", "var"),
+    "image/object/keypoint/num": ("int64", "var"),
+    "image/object/keypoint/text": ("string", "var"),
+}
 
 
 def feature_spec(include_masks: bool = False) -> Dict[str, Tuple[str, str]]:
@@ -84,7 +95,7 @@ def planned_records(ann: ImageAnnotation) -> int:
 
 # This schema writes its Examples directly from a precomputed layout (protos.ExampleLayout:
 # a tenth of protobuf's cost per image, the same bytes); other schemas build protobuf messages.
-_LAYOUT = protos.ExampleLayout(feature_spec(include_masks=True))
+_LAYOUT = protos.ExampleLayout({**feature_spec(include_masks=True), **KEYPOINT_SPEC})
 
 
 def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, int],
@@ -95,6 +106,8 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
   fails the whole image instead. With include_masks every object carries its PNG `mask`."""
   width, height = image.info.width, image.info.height
   valid, errors = base.valid_objects(ann, width, height, label_map, bbox_policy)
+  valid, points, point_errors = keypoints.written(valid, width, height, ann.source, ann.key)
+  errors += point_errors
   kept = [norm for norm, _ in valid]
   ids = [label_id for _, label_id in valid]
 
@@ -123,6 +136,8 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
 
   if include_masks:
     features[MASK_FEATURE] = (B, [n.obj.mask for n in kept])
+  if points:
+    features.update(keypoint_values(points, ann.keypoint_names))
   if renames:  # --feature-names: rare, through protobuf (the same bytes as the layout's)
     record = protos.serialize_slow({renames.get(k, k): v for k, v in features.items()})
   else:
@@ -130,3 +145,17 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
   return Encoded(records=[record],
                  labels=[n.obj.label for n in kept],
                  clipped=sum(n.clipped for n in kept), errors=errors)
+
+
+def keypoint_values(points, names) -> Dict[str, Tuple[str, list]]:
+  """The KEYPOINT_SPEC features of the objects' (xs, ys, visibilities), `names` the K names
+  (no `text` without them)."""
+  values = {
+      "image/object/keypoint/x": (F, [x for xs, _, _ in points for x in xs]),
+      "image/object/keypoint/y": (F, [y for _, ys, _ in points for y in ys]),
+      "image/object/keypoint/visibility": (I, [v for _, _, vs in points for v in vs]),
+      "image/object/keypoint/num": (I, [sum(1 for v in vs if v) for _, _, vs in points]),
+  }
+  if names:
+    values["image/object/keypoint/text"] = (B, [n.encode("utf-8") for n in names] * len(points))
+  return values

@@ -8,7 +8,8 @@ decoded by TFDS to 3 channels), image/filename, image/id (COCO's image id, else 
 objects/bbox ([ymin, xmin, ymax, xmax] normalized), objects/id (COCO's annotation id, else the
 object's position in the image), objects/is_crowd, objects/label (ids 0..N-1: a ClassLabel).
 With --include-masks, objects/segmentation: one 1-channel PNG per object, 255 inside, as TFDS's
-lvis writes instance masks. finalize/tfds_layout.py writes the matching features.json.
+lvis writes instance masks. With keypoints, objects/keypoints and objects/keypoint_visibility
+(KEYPOINT_SPEC). finalize/tfds_layout.py writes the matching features.json.
 Pure: no Beam, no TensorFlow, no TFDS.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import io
 from typing import Mapping, Optional
 
+from beam_tfrecord.records import keypoints
 from beam_tfrecord.records.model import ImageAnnotation
 from beam_tfrecord.schemas import base
 from beam_tfrecord.schemas.coco_objects import image_id
@@ -35,6 +37,13 @@ FEATURE_SPEC: base.Spec = {
     "objects/label": ("int64", "var"),
 }
 MASK_FEATURE = "objects/segmentation"
+# A source with keypoints: per object a Tensor (K, 2) of [y, x] normalized (BBoxFeature's
+# and the research decoder's order) and a Tensor (K,) of COCO visibilities 0/1/2;
+# finalize/tfds_layout.features declares them with the dataset's K.
+KEYPOINT_SPEC: base.Spec = {
+    "objects/keypoints": ("float32", "var"),
+    "objects/keypoint_visibility": ("int64", "var"),
+}
 
 
 def feature_spec(include_masks: bool = False) -> base.Spec:
@@ -55,6 +64,8 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
            renames: Optional[Mapping[str, str]] = None) -> base.Records:
   width, height = image.info.width, image.info.height
   valid, errors = base.valid_objects(ann, width, height, label_map, bbox_policy)
+  valid, points, point_errors = keypoints.written(valid, width, height, ann.source, ann.key)
+  errors += point_errors
   positions = {id(obj): i for i, obj in enumerate(ann.objects)}
   kept = [norm for norm, _ in valid]
   features = {
@@ -73,6 +84,11 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
   }
   if include_masks:
     features[MASK_FEATURE] = base.bytes_feature([mask_255(n.obj.mask) for n in kept])
+  if points:
+    features["objects/keypoints"] = base.float_feature(
+        [v for xs, ys, _ in points for y, x in zip(ys, xs) for v in (y, x)])
+    features["objects/keypoint_visibility"] = base.int64_feature(
+        [v for _, _, vs in points for v in vs])
   return base.Records(records=[base.serialize(features, renames)],
                       labels=[n.obj.label for n in kept],
                       clipped=sum(n.clipped for n in kept), errors=errors)

@@ -19,6 +19,9 @@ class SourceOutput(NamedTuple):
   images: "beam.PCollection"
   errors: "beam.PCollection"
   categories: "Optional[beam.PCollection]" = None
+  # the dataset's records/keypoints.KeypointLayout (at most one element; none without
+  # keypoints): the manifest's and the card's keypoint names (sources/keypoints.py)
+  keypoints: "Optional[beam.PCollection]" = None
 
 
 def image_extensions() -> frozenset:

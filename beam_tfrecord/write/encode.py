@@ -10,6 +10,7 @@ import os
 from typing import Callable, List, Mapping, Optional, Tuple
 
 from beam_tfrecord import schemas
+from beam_tfrecord.records import keypoints
 from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
                                          InputError)
 from beam_tfrecord.storage import paths
@@ -64,7 +65,9 @@ def _in_displayed_frame(ann: ImageAnnotation, prepared: images.PreparedImage,
   if frame == "displayed" or src.orientation == 1:
     return ann, frame
   objects = tuple(dataclasses.replace(o, box=orientation.to_displayed(
-      o.box, src.orientation, src.width, src.height)) for o in ann.objects)
+      o.box, src.orientation, src.width, src.height), keypoints=None if o.keypoints is None
+      else orientation.points_to_displayed(o.keypoints, o.box.normalized, src.orientation,
+                                           src.width, src.height)) for o in ann.objects)
   return ann.replace(objects=objects), frame
 
 
@@ -76,9 +79,20 @@ def _scaled(ann: ImageAnnotation, prepared: images.PreparedImage) -> ImageAnnota
   sx, sy = prepared.info.width / shown[0], prepared.info.height / shown[1]
   if (sx, sy) == (1.0, 1.0):
     return ann
-  return ann.replace(objects=tuple(dataclasses.replace(
+  # a normalized box (YOLO) and its points do not move; before this, such a box was scaled
+  # as if in pixels and came out wrong under --max-side / --resize
+  return ann.replace(objects=tuple(o if o.box.normalized else dataclasses.replace(
       o, box=Box(o.box.xmin * sx, o.box.ymin * sy, o.box.xmax * sx, o.box.ymax * sy),
-      area=None if o.area is None else o.area * sx * sy) for o in ann.objects))
+      area=None if o.area is None else o.area * sx * sy,
+      keypoints=None if o.keypoints is None else
+      keypoints.mapped(o.keypoints, lambda x, y: (x * sx, y * sy))) for o in ann.objects))
+
+
+def _object_error(ann: ImageAnnotation, obj, e: InputError) -> ErrorRecord:
+  """The object-level error of an object whose mask cannot be made (the object is dropped)."""
+  return ErrorRecord(source=ann.source, stage=e.stage, reason=e.reason, key=ann.key,
+                     level="object", message=f"{obj.label!r} (annotation id {obj.id}): "
+                     f"{e.message}")
 
 
 def _with_masks(ann: ImageAnnotation, prepared: images.PreparedImage, frame: str,
@@ -99,12 +113,68 @@ def _with_masks(ann: ImageAnnotation, prepared: images.PreparedImage, frame: str
     try:
       mask = masks.transform(masks.from_json(obj.segmentation, *size), turn, final)
     except InputError as e:
-      errors.append(ErrorRecord(
-          source=ann.source, stage=e.stage, reason=e.reason, key=ann.key, level="object",
-          message=f"{obj.label!r} (annotation id {obj.id}): {e.message}"))
+      errors.append(_object_error(ann, obj, e))
       continue
     objects.append(dataclasses.replace(obj, segmentation=None, mask=masks.encode_png(mask)))
   return ann.replace(objects=tuple(objects))
+
+
+def _class_mask(ann: ImageAnnotation, prepared: images.PreparedImage, frame: str,
+                label_map: Mapping[str, int], options: EncodeOptions,
+                errors: List[ErrorRecord]):
+  """The image's class mask (records/masks.ClassMask) at the written size: the source's
+  class PNG (VOC's SegmentationClass/) taken as it is, else its objects' segmentations
+  painted in order (a crowd as IGNORE); then moved as the image was (upright, resized with
+  nearest-neighbour sampling, so no two labels are ever blended). A class PNG that does not
+  fit the image is InputError (the image is rejected); an object that cannot be painted is an
+  object-level error, the others are painted."""
+  from beam_tfrecord.records import masks
+  src = prepared.source
+  stored = (src.width, src.height)
+  shown = orientation.displayed_size(src.orientation, src.width, src.height)
+  carried = [masks.carried_class_png(o.segmentation) for o in ann.objects[:1]]
+  if carried and carried[0] is not None:
+    png = masks.open_class_png(carried[0])
+    # the class PNG is in the frame boxes would be in (its size says which, as theirs does)
+    frame = orientation.boxes_frame(src.orientation, stored, png.size, options.exif_frame)
+    size = stored if frame == "stored" else shown
+    if png.size != size:
+      raise InputError("validate", "class_mask_size_mismatch",
+                       f"the class PNG is {png.size[0]}x{png.size[1]}, its image "
+                       f"{size[0]}x{size[1]}")
+    canvas = masks.class_array(png)
+    masks.check_class_values(canvas, label_map.values())
+  else:
+    size = stored if frame == "stored" else shown
+    canvas = masks.paint(_layers(ann, size, label_map, options, errors), *size)
+  turn = src.orientation if frame == "stored" else 1
+  return masks.class_mask(masks.transform(canvas, turn, (prepared.info.width,
+                                                         prepared.info.height)))
+
+
+def _layers(ann: ImageAnnotation, size: Tuple[int, int], label_map: Mapping[str, int],
+            options: EncodeOptions, errors: List[ErrorRecord]):
+  """(0/1 mask, value) of each object that can be painted, in source order: its label-map
+  id, IGNORE for a crowd region. One mask at a time (a generator)."""
+  from beam_tfrecord.records import masks
+  for obj in ann.objects:
+    try:
+      if obj.label not in label_map:
+        raise InputError("validate", "unknown_class",
+                         f"class {obj.label!r} is not in the label map")
+      if not obj.is_crowd and label_map[obj.label] > masks.MAX_CLASS_ID:
+        raise InputError("validate", "class_id_too_large",
+                         f"id {label_map[obj.label]} does not fit an 8-bit class mask "
+                         f"(ids 1..{masks.MAX_CLASS_ID}; {masks.IGNORE} is ignore)")
+      if obj.segmentation is None:
+        raise InputError("validate", "missing_segmentation", "the object has no segmentation "
+                         "to paint" + ("" if options.include_masks else
+                                       " (sources keep segmentations with --include-masks)"))
+      mask = masks.from_json(obj.segmentation, *size)
+    except InputError as e:
+      errors.append(_object_error(ann, obj, e))
+      continue
+    yield mask, masks.IGNORE if obj.is_crowd else label_map[obj.label]
 
 
 def image_root(ann: ImageAnnotation) -> Optional[str]:
@@ -154,10 +224,14 @@ def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
     if digest is not None and prepared.encoded is data:  # written as read: the digest holds
       prepared = dataclasses.replace(prepared, sha256_hex=digest)
     ann, frame = _in_displayed_frame(ann, prepared, options, errors)
-    if options.include_masks:
+    schema = schemas.from_options(options)
+    extra = {}
+    if schema.class_masks:  # deeplab: one class mask, painted or read, instead of masks
+      extra["class_mask"] = _class_mask(ann, prepared, frame, label_map, options, errors)
+    elif options.include_masks:
       ann = _with_masks(ann, prepared, frame, errors)
     ann = _scaled(ann, prepared)
-    encoded = schemas.from_options(options).encode(ann, prepared, label_map, options)
+    encoded = schema.encode(ann, prepared, label_map, options, **extra)
   except InputError as e:
     return Converted(None, [], 0, False, errors + [e.record(ann.source, ann.key)])
   except Exception as e:  # a bug or an unforeseen input: report it, never kill the job

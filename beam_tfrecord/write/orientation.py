@@ -47,6 +47,15 @@ def _point(x: float, y: float, orientation: int, w: float, h: float) -> Tuple[fl
   }[orientation]
 
 
+def points_to_displayed(points, normalized: bool, orientation: int, width: int,
+                        height: int):
+  """An object's keypoints (records/keypoints.py triples) moved as to_displayed moves its box."""
+  from beam_tfrecord.records import keypoints
+  if normalized:
+    width = height = 1
+  return keypoints.mapped(points, lambda x, y: _point(x, y, orientation, width, height))
+
+
 def to_displayed(box: Box, orientation: int, width: int, height: int) -> Box:
   """A box in the stored frame (width x height) -> the same box in the displayed frame.
   A normalized box is turned within the unit square."""

@@ -4,7 +4,7 @@ holds for it (its records' bytes in the file, their stats, the errors it gave). 
 incremental run compares its images with it and copies the bytes of unchanged images instead
 of reading and encoding them again. Pure and Beam-free (writer processes import it).
 
-Size: one line (~250 bytes, more for an image that gave errors) per image of one shard; a
+Size: one line (~330 bytes, more for an image that gave errors) per image of one shard; a
 writer holds the index of its own shard only.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from beam_tfrecord.storage import files, paths
 TEMPLATE = "shard-index-{split}-{shard:05d}-of-{num_shards:05d}.jsonl"
 PREFIX = "shard-index-"  # not a prefix of any shard name: `glob("train-*")` never finds one
 # An index larger than this is not one this tool wrote: it is not trusted (the shard is
-# re-encoded). At ~250 bytes a line: a million images in one shard (a default 150 MB shard
+# re-encoded). At ~330 bytes a line: 800,000 images in one shard (a default 150 MB shard
 # of 1.5 KB images holds ~100k).
 MAX_INDEX_BYTES = 256 << 20
 
@@ -53,6 +53,7 @@ class Entry:
   errors: Tuple[Tuple[Tuple[str, object], ...], ...] = ()  # ErrorRecord fields, sorted pairs
   rejected: bool = False
   sha: str = ""  # record_digest of its records' framed bytes ('' in indexes before --append)
+  content: str = ""  # hex SHA-256 of the image file as read (write/contents.py; '' before)
 
   @property
   def identity(self) -> Identity:
@@ -81,7 +82,7 @@ def errors_of(records: Sequence[ErrorRecord]) -> Tuple[Tuple[Tuple[str, object],
   return tuple(tuple(sorted(dataclasses.asdict(e).items())) for e in records)
 
 
-_TEXT = ("key", "uri", "stamp", "digest", "sha")
+_TEXT = ("key", "uri", "stamp", "digest", "sha", "content")
 _COUNTS = ("offset", "length", "records", "objects", "clipped", "reoriented")
 
 

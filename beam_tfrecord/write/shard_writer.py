@@ -33,6 +33,7 @@ from beam_tfrecord.records.tfrecord import framing
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.layout import kill_point
 from beam_tfrecord.storage.prefetch import prefetch
+from beam_tfrecord.write import contents as content_digests
 from beam_tfrecord.write import shard_index
 from beam_tfrecord.write.encode import (Converted, EncodeOptions, convert,
                                         fetch_image)
@@ -115,6 +116,9 @@ class ShardTask:
 class ShardResult:
   stats: Dict                      # new_stats + add_example, `path` (and `staged`) set
   errors: List[ErrorRecord]
+  # (hex SHA-256 of the file as read, key, uri) of each image written, kept or copied (the
+  # digest its earlier index entry has, if any): write/leakage.py groups them by digest
+  contents: List[Tuple[str, str, str]] = dataclasses.field(default_factory=list)
 
 
 def _create(uri: str):
@@ -142,8 +146,10 @@ def write_shard(task: ShardTask) -> ShardResult:
   """Write one shard under a unique hidden name, then rename it to its staging name.
 
   Images go in shard order (the runs', one per file: plan/shard_plan.sort_partition); one
-  image's records stay together. A retried shard rewrites the same bytes under the same name.
-  Bad images become errors; only I/O failures of the shard file raise."""
+  image's records stay together. A retried shard rewrites the same bytes under the same name;
+  two attempts at once write two partial files (the name is the attempt's), and either
+  rename leaves the same shard. Bad images become errors; only I/O failures of the shard file
+  raise."""
   if task.index or task.previous or task.segment is not None:
     return write_indexed_shard(task)
   split, shard, num_shards = task.split, task.shard, task.num_shards
@@ -152,6 +158,7 @@ def write_shard(task: ShardTask) -> ShardResult:
   partial = paths.child(task.staging, f".part-{uuid.uuid4().hex}-{name}")
   stats = new_stats(split, shard, name)
   errors: List[ErrorRecord] = []
+  contents: List[Tuple[str, str, str]] = []
   done = progress.ShardCounter(task.staging, name)
   anns = map(packed.unpack, runs.select(task.runs, task.lo, task.hi, task.by_records))
   # read-ahead threads: object stores wait on round trips, local files on little
@@ -164,12 +171,15 @@ def write_shard(task: ShardTask) -> ShardResult:
     for ann, fetched in ahead:
       if "first" not in stats:  # where the shard begins: the manifest's shard_plan
         stats["first"] = [packed.identity_hash(ann.key), ann.key, ann.uri]
-      result = convert(ann, task.label_map, task.options, fetched)
+      tapped = content_digests.Tapped(fetched)
+      result = convert(ann, task.label_map, task.options, tapped)
       done.tick()
       errors.extend(result.errors)
       if result.records is None:
         stats["rejected"] += 1
         continue
+      if tapped.digest:
+        contents.append((tapped.digest, ann.key, ann.uri))
       for record in result.records:
         head, tail = framing(record)
         f.write(head)
@@ -181,7 +191,7 @@ def write_shard(task: ShardTask) -> ShardResult:
   done.close()
   stats["bytes"] = _size(final)
   _named(task, stats, name)
-  return ShardResult(stats, errors)
+  return ShardResult(stats, errors, contents)
 
 
 def _named(task: ShardTask, stats: Dict, name: str) -> None:
@@ -308,11 +318,12 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
     for entry, source in zip(old, sources):
       _add_entry(stats, entry)
       errors.extend(entry.error_records(source))
+    contents = _indexed_contents(old)
     stats["reused"] = stats["images"] + stats["rejected"]
     stats["bytes"] = _size(task.previous[0])
     stats["kept_from"], stats["kept_index"] = task.previous
     _named(task, stats, name)
-    return ShardResult(stats, errors)
+    return ShardResult(stats, errors, contents)
 
   final = paths.child(task.staging, name)  # child: checked where it is written
   partial = paths.child(task.staging, f".part-{uuid.uuid4().hex}-{name}")
@@ -356,7 +367,8 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
                                       sha=entry.sha or shard_index.record_digest(key, uri, data))
           stats["reused"] += 1
         else:
-          result = convert(ann, task.label_map, task.options, fetched)
+          tapped = content_digests.Tapped(fetched)
+          result = convert(ann, task.label_map, task.options, tapped)
           framed = []  # written part by part: no image-sized join
           for record in result.records or ():
             head, tail = framing(record)
@@ -370,7 +382,8 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
               clipped=result.clipped, reoriented=int(result.reoriented),
               labels=tuple(result.labels or ()), errors=shard_index.errors_of(result.errors),
               rejected=result.records is None,
-              sha=shard_index.record_digest(key, uri, *framed))
+              sha=shard_index.record_digest(key, uri, *framed),
+              content=(tapped.digest or "") if result.records is not None else "")
           entry_errors = list(result.errors)
         offset += entry.length
         _add_entry(stats, entry)
@@ -386,13 +399,21 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
         key=name, level="warning",
         message=f"{damaged} image(s) of the earlier shard {task.previous[0]} were not what "
         "its index says (framing, CRC or digest); they were encoded again"))
+  contents = _indexed_contents(entries)
   _write_index(task.staging, index_name, entries)
   kill_point("shard")
   _rename(partial, final)
   done.close()
   stats["bytes"] = _size(final)
   _named(task, stats, name)
-  return ShardResult(stats, errors)
+  return ShardResult(stats, errors, contents)
+
+
+def _indexed_contents(entries: Sequence[shard_index.Entry]) -> List[Tuple[str, str, str]]:
+  """ShardResult.contents of an indexed shard: each written image's digest, from its index
+  entry whether it was encoded now or kept or copied from the earlier shard (whose index
+  has it since the leakage check; an older index's images are not compared)."""
+  return [(e.content, e.key, e.uri) for e in entries if e.content and not e.rejected]
 
 
 def _write_index(staging: str, name: str, entries: List[shard_index.Entry]) -> None:

@@ -6,11 +6,14 @@ and memory stays flat (measurements in docs/architecture.md). A shard is written
 unique hidden name inside the run's staging directory and renamed there when complete; the
 finalize step moves complete shards into the output directory and writes manifest.json last.
 A retried bundle rewrites the same bytes under the same name, so retries leave neither
-duplicates nor gaps.
+duplicates nor gaps; so does an attempt running twice at once (Dataflow's duplicate work),
+each through a partial file of its own. The runner keeps one attempt's stats and errors,
+and every attempt computes the same ones (tests/write/test_task_retries.py).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Iterable, Optional
 
 import apache_beam as beam
@@ -25,7 +28,8 @@ from beam_tfrecord.plan.shard_plan import ShardPlan
 from beam_tfrecord.records.model import ImageAnnotation
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.layout import kill_point
-from beam_tfrecord.write.encode import EncodeOptions, convert
+from beam_tfrecord.write.contents import Tapped
+from beam_tfrecord.write.encode import EncodeOptions, convert, fetch_image
 from beam_tfrecord.write.shard_writer import (ShardResult, ShardTask,
                                               WriterPool, add_example,
                                               new_stats, processes_for,
@@ -113,21 +117,7 @@ class _WriteShard(beam.DoFn):
       for task in element:
         yield from self.process(task, label_map, plan)
       return
-    split, shard = element
-    split_plan = plan.splits[split]
-    lo, hi = split_plan.shard_range(shard)
-    task = ShardTask(self.staging, split, shard, split_plan.num_shards,
-                     runs.shard_runs(self.runs, split, split_plan.runs_of(shard)), lo, hi,
-                     split_plan.by_records, dict(label_map), self.options, self.template,
-                     remote_images=self.remote_images, index=self.indexing.index)
-    previous = self.indexing.previous
-    if previous is not None and split in plan.previous:  # the plan kept the earlier bounds
-      reuse = self.indexing.reuse and dict(label_map) == previous.label_map
-      if split_plan.segments:
-        segment_task(task, split_plan.segments, shard, previous, reuse)
-      else:
-        task.previous = previous.shard(split, shard)
-        task.reuse = reuse
+    task = self.task_of(*element, label_map, plan)
     local = not paths.is_remote(self.staging) and not self.remote_images
     if not self._decided:  # once per bundle, from the whole plan
       self._decided = True
@@ -144,6 +134,25 @@ class _WriteShard(beam.DoFn):
       if local:  # every core converts: read-ahead threads would only take turns with them
         task.read_ahead = 1
       self._pending.append(self._pool.submit(task))
+
+  def task_of(self, split: str, shard: int, label_map, plan: ShardPlan) -> ShardTask:
+    """The ShardTask of (split, shard): its range of the plan's runs, and with indexing what
+    it compares with. The same every time it is made, so every attempt writes the same shard."""
+    split_plan = plan.splits[split]
+    lo, hi = split_plan.shard_range(shard)
+    task = ShardTask(self.staging, split, shard, split_plan.num_shards,
+                     runs.shard_runs(self.runs, split, split_plan.runs_of(shard)), lo, hi,
+                     split_plan.by_records, dict(label_map), self.options, self.template,
+                     remote_images=self.remote_images, index=self.indexing.index)
+    previous = self.indexing.previous
+    if previous is not None and split in plan.previous:  # the plan kept the earlier bounds
+      reuse = self.indexing.reuse and dict(label_map) == previous.label_map
+      if split_plan.segments:
+        segment_task(task, split_plan.segments, shard, previous, reuse)
+      else:
+        task.previous = previous.shard(split, shard)
+        task.reuse = reuse
+    return task
 
   def finish_bundle(self):
     pending, self._pending = self._pending, []
@@ -176,6 +185,9 @@ class _WriteShard(beam.DoFn):
     yield result.stats
     for error in result.errors:
       yield beam.pvalue.TaggedOutput("errors", error)
+    split = result.stats["split"]
+    for digest, key, uri in result.contents:  # write/leakage.py
+      yield beam.pvalue.TaggedOutput("contents", (digest, split, key, uri))
 
 
 class WriteShards(beam.PTransform):
@@ -190,6 +202,7 @@ class WriteShards(beam.PTransform):
   With `indexing` (--plan-from, --incremental) each shard also gets its index
   (write/shard_index.py) and may be kept from the earlier output (stats `kept_from`: the
   finalize step links it) or rewritten copying unchanged images' records.
+  `self.contents`: (hex SHA-256, split, key, uri) of each image written from its bytes.
   """
 
   def __init__(self, staging: str, runs_directory: str, label_map, plan,
@@ -217,7 +230,8 @@ class WriteShards(beam.PTransform):
                    self.staging, self.runs, self.options, self.template, self.processes,
                    self.min_images, self.remote_images, self.indexing),
                                        self.label_map, self.plan).with_outputs(
-                                           "errors", main="stats"))
+                                           "errors", "contents", main="stats"))
+    self.contents = written.contents
     return written.stats, written.errors
 
 
@@ -227,7 +241,8 @@ class _Encode(beam.DoFn):
     self.options = options
 
   def process(self, ann: ImageAnnotation, label_map):
-    result = convert(ann, label_map, self.options)
+    tapped = Tapped(functools.partial(fetch_image, ann, self.options))  # read and hashed
+    result = convert(ann, label_map, self.options, tapped)
     for error in result.errors:
       yield beam.pvalue.TaggedOutput("errors", error)
     stats = new_stats(ann.split, None, "")
@@ -238,6 +253,7 @@ class _Encode(beam.DoFn):
     add_example(stats, result)
     stats["bytes"] = sum(len(r) for r in result.records)
     yield beam.pvalue.TaggedOutput("stats", stats)
+    yield beam.pvalue.TaggedOutput("contents", (tapped.digest, ann.split, ann.key, ann.uri))
     for record in result.records:
       yield ann.split, record
 
@@ -247,7 +263,8 @@ class WriteWithBeamSink(beam.PTransform):
 
   Splits must be known when the graph is built. Image bytes pass through Beam's own sharding
   shuffle here, so prefer this on runners with a cheap distributed shuffle (Dataflow).
-  `self.written` is the PCollection of file names written, for ordering the finalize step.
+  `self.written` is the PCollection of file names written, for ordering the finalize step;
+  `self.contents` as WriteShards'.
   """
 
   def __init__(self, output: str, label_map, splits: Iterable[str],
@@ -261,7 +278,8 @@ class WriteWithBeamSink(beam.PTransform):
 
   def expand(self, anns):
     encoded = anns | "Encode" >> beam.ParDo(_Encode(self.options), self.label_map) \
-        .with_outputs("stats", "errors", main="examples")
+        .with_outputs("stats", "errors", "contents", main="examples")
+    self.contents = encoded.contents
     index = {split: i for i, split in enumerate(self.splits)}
     parts = encoded.examples | "BySplit" >> beam.Partition(
         lambda kv, n: index[kv[0]], len(self.splits))

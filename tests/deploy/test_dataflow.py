@@ -105,7 +105,7 @@ def gbks_after_bytes(graph: Graph):
     return [pc for tag, pc in t.inputs.items() if tag not in side]
 
   carrying = {pc for t in graph.leaves.values() if makes_image_bytes(t.unique_name)
-              for tag, pc in t.outputs.items() if tag not in ("stats", "errors")}
+              for tag, pc in t.outputs.items() if tag not in ("stats", "errors", "contents")}
   changed = True
   while changed:
     changed = False

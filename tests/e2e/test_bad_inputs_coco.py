@@ -381,7 +381,10 @@ def test_coco_exif_auto_frame(coco_main, name):
   example = coco_main.run.by_filename()[name]
   fmt = b"png" if name.endswith(".png") else b"jpeg"
   assert_marker_boxed(example, coco_main.photos[name], fmt)
-  assert not coco_main.run.errors_where(key=name)  # sizes agree with the chosen frame
+  # sizes agree with the chosen frame (the corpus writes some EXIF photos twice, which the
+  # copies report names: not this test's subject)
+  assert not [e for e in coco_main.run.errors_where(key=name)
+              if e["reason"] != "duplicate_content"]
 
 
 def test_coco_reoriented_count(coco_main):

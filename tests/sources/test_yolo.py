@@ -179,7 +179,8 @@ def test_pose_line_box_is_the_four_numbers_after_the_class():
   for line, reason in {"0 0.5 0.5 0.2 0.2": "malformed_line",          # no keypoints
                        "0 0.5 0.5 0.2 0.2 0.1 0.1 0.9": "malformed_line",  # one value short
                        "0 0.5 0.5 0.2 0.2 0.1 0.1 0.9 0.9 0.5": "malformed_line",
-                       "0 0.5 0.5 0.2 0.2 1.5 0.1 0.9 0.9": "bbox_outside_unit"}.items():
+                       "0 0.5 0.5 0.2 0.2 1.5 0.1 0.9 0.9": "keypoint_outside_image",
+                       "0 1.5 0.5 0.2 0.2 0.1 0.1 0.9 0.9": "bbox_outside_unit"}.items():
     with pytest.raises(InputError) as e:
       yolo.parse_line(line, names, kpt_shape=(2, 2))
     assert e.value.reason == reason, line

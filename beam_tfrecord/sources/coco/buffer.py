@@ -12,10 +12,11 @@ _CROWD, _AREA, _ID = 1, 2, 4
 
 
 def _pack_object(image_id: int, chunk: Tuple) -> Optional[bytes]:
-  """An object chunk without segmentation and its image id as 73 bytes (~400 as tuples);
-  None when it cannot be packed (a segmentation, an integer beyond 64 bits)."""
-  index, category_id, box, is_crowd, area, ann_id, segmentation = chunk
-  if segmentation is not None:
+  """An object chunk without segmentation or keypoints and its image id as 73 bytes (~400 as
+  tuples); None when it cannot be packed (a segmentation, keypoints, an integer beyond 64
+  bits)."""
+  index, category_id, box, is_crowd, area, ann_id, segmentation, *more = chunk
+  if segmentation is not None or any(more):
     return None
   flags = (_CROWD if is_crowd else 0) | (_AREA if area is not None else 0) | (
       _ID if ann_id is not None else 0)
@@ -69,7 +70,8 @@ class _JoinBuffer:
       self.held += 73
     else:
       self.loose[partition].append((image_id, chunk))
-      self.held += 400 + len(chunk[6] or "")
+      # a segmentation's text, 24 bytes (a float in a tuple) a keypoint value
+      self.held += 400 + len(chunk[6] or "") + 24 * len(chunk[7] or () if len(chunk) > 7 else ())
     if self.held >= self.buffer_bytes:
       self.flush()
 

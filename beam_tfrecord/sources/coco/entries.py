@@ -99,14 +99,43 @@ def _checked_annotation(record: Any) -> Tuple[int, int, Tuple[float, float, floa
 
 
 def annotation_extras(record: Dict[str, Any], include_masks: bool
-                      ) -> Tuple[Optional[int], Optional[str]]:
-  """(annotation id or None, segmentation as compact JSON or None) of a parsed annotation.
-  The segmentation is kept only with --include-masks: it can be large and these records go
-  through shuffles. It is checked when rasterized, where the image size is known."""
+                      ) -> Tuple[Optional[int], Optional[str], Optional[Tuple[Any, ...]]]:
+  """(annotation id or None, segmentation as compact JSON or None, keypoints or None) of a
+  parsed annotation. The segmentation is kept only with --include-masks: it can be large and
+  these records go through shuffles. It is checked when rasterized, where the image size is
+  known; the keypoints ([x, y, v] * K, as given) when the join knows the category's K.
+  InputError wrong_type for `keypoints` that are not a list."""
   ann_id = record.get("id")
   ann_id = ann_id if isinstance(ann_id, int) and not isinstance(ann_id, bool) else None
   segmentation = record.get("segmentation") if include_masks else None
-  return ann_id, (masks.to_json(segmentation) if segmentation is not None else None)
+  points = record.get("keypoints")
+  if points is not None and not isinstance(points, list):
+    raise InputError("parse", "wrong_type", f"annotation keypoints must be a list "
+                     f"[x, y, v, ...], got {points!r:.80}")
+  return (ann_id, (masks.to_json(segmentation) if segmentation is not None else None),
+          tuple(points) if points else None)
+
+
+def category_keypoints(record: Dict[str, Any]
+                       ) -> Optional[Tuple[Tuple[str, ...], Tuple[Tuple[int, int], ...]]]:
+  """(keypoint names, skeleton as 0-based index pairs) of a parsed category (COCO's
+  `keypoints` and 1-based `skeleton`), None when it names no keypoints. InputError wrong_type
+  for names that are not strings or an edge that is not a pair of 1..K."""
+  names = record.get("keypoints")
+  if not names:
+    return None
+  if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+    raise InputError("parse", "wrong_type", f"category {record.get('name')!r}: keypoints "
+                     f"must be a list of names, got {names!r:.80}")
+  edges = record.get("skeleton") or []
+  pairs = []
+  for edge in edges if isinstance(edges, list) else [edges]:
+    if (not isinstance(edge, list) or len(edge) != 2 or
+        not all(type(i) is int and 1 <= i <= len(names) for i in edge)):
+      raise InputError("parse", "wrong_type", f"category {record.get('name')!r}: a skeleton "
+                       f"edge must be two keypoint numbers 1..{len(names)}, got {edge!r:.80}")
+    pairs.append((edge[0] - 1, edge[1] - 1))
+  return tuple(names), tuple(pairs)
 
 
 def parse_category(record: Any) -> Tuple[int, str]:

@@ -8,6 +8,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
+from beam_tfrecord.records import keypoints
+from beam_tfrecord.records.keypoints import KeypointLayout
 from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation, InputError,
                                          ObjectAnnotation)
 from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE
@@ -28,11 +30,13 @@ _INDEX = operator.itemgetter(0)
 
 
 def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: bool,
-               follow_symlinks: bool = False):
+               follow_symlinks: bool = False,
+               layouts: Optional[Dict[str, KeypointLayout]] = None):
   """((uri, image_id), {'image': [...], 'objects': [chunk, ...]}) -> ImageAnnotation | errors.
 
   A chunk is a tuple of (index, category_id, (x0, y0, x1, y1), is_crowd, area, id,
-  segmentation)."""
+  segmentation, keypoints). `layouts`: each file's keypoint layout (file_layout), for the
+  files that have one: then every object carries the layout's K points."""
   (uri, image_id), grouped = element
   images = list(grouped["image"])
   objects: List[Tuple] = []
@@ -70,7 +74,8 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
   objs: List[ObjectAnnotation] = []
   if len(objects) > 1:
     objects.sort(key=_INDEX)
-  for _, category_id, box, is_crowd, area, ann_id, segmentation in objects:
+  layout = layouts.get(uri) if layouts else None
+  for _, category_id, box, is_crowd, area, ann_id, segmentation, *more in objects:
     name = categories.get((uri, category_id))
     if name is None:
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
@@ -78,11 +83,46 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
           message=f"annotation of {file_name!r} has category_id {category_id}, "
           "which is not in `categories`"))
       continue
+    try:
+      points = _points(layout, name, more[0] if more else None,
+                       f"annotation {ann_id} of {file_name!r}")
+    except InputError as e:
+      yield beam.pvalue.TaggedOutput("errors", e.record(source, key, level="object"))
+      continue
     objs.append(ObjectAnnotation(label=name, box=Box(*box), is_crowd=is_crowd, area=area,
-                                 id=ann_id, segmentation=segmentation))
+                                 id=ann_id, segmentation=segmentation, keypoints=points))
   yield ImageAnnotation(key=key, uri=image_uri, source_id=str(image_id), source=uri,
                         objects=tuple(objs), split=split, width=width, height=height,
-                        size_bytes=size)
+                        size_bytes=size, keypoint_names=layout.names if layout else ())
+
+
+def _points(layout: Optional[KeypointLayout], name: str, given: Optional[Tuple], what: str
+            ) -> Optional[Tuple[float, ...]]:
+  """An object's points in its file's layout: its category's checked and placed, K unlabelled
+  points for a category without keypoints or an annotation without them (as research
+  create_coco_tf_record.py pads them); None in a file without keypoints. InputError for
+  points its category does not define (keypoint_count_mismatch), or bad values."""
+  if layout is None:
+    if given:
+      raise InputError("validate", "keypoint_count_mismatch",
+                       f"{what} has {len(given) // 3} keypoints; its category {name!r} "
+                       "names none")
+    return None
+  slot = layout.slot(name)
+  if not given:
+    return keypoints.unlabelled(layout)
+  triples = keypoints.checked(given, slot[1], what) if slot else tuple(given)
+  return keypoints.placed(layout, name, triples, what)
+
+
+def file_layout(definitions) -> Optional[KeypointLayout]:
+  """The keypoint layout of one file: ((uri, category_id), (name, point names, skeleton)) of
+  its categories with keypoints, in category id order (a category id given twice: the def
+  of its smallest name, the one PickCategory keeps)."""
+  chosen: Dict[int, Tuple] = {}
+  for (_, category_id), definition in sorted(definitions):
+    chosen.setdefault(category_id, definition)
+  return keypoints.layout_of([chosen[c] for c in sorted(chosen)])
 
 
 # The reason of the error that fails a run whose annotations use category id 0 with no

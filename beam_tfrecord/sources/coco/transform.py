@@ -6,10 +6,11 @@ from typing import Optional, Sequence, Tuple
 import apache_beam as beam
 
 from beam_tfrecord.records.model import ImageAnnotation
-from beam_tfrecord.sources.base import SourceOutput
-from beam_tfrecord.sources.coco.join import _duplicate_category, _zero_verdict, join_image
+from beam_tfrecord.sources.coco.join import (_duplicate_category, _zero_verdict, file_layout,
+                                             join_image)
 from beam_tfrecord.sources.coco.stream import SECTIONS
 from beam_tfrecord.sources.coco.workers import _JoinFile, _ParseSection
+from beam_tfrecord.sources.keypoints import source_output
 
 class ReadCoco(beam.PTransform):
   """COCO instances JSON files -> SourceOutput.
@@ -38,17 +39,18 @@ class ReadCoco(beam.PTransform):
   def expand(self, root):
     whole = self.inputs if self.join_in_worker else []
     streamed = [] if self.join_in_worker else self.inputs
-    images, categories, errors = [], [], []
+    images, categories, errors, layouts = [], [], [], []
     if whole:
       files = (root
                | "Files" >> beam.Create(whole)
                | "JoinFiles" >> beam.ParDo(_JoinFile(
                    self.allow_absolute, self.follow_symlinks, self.drop_background,
                    self.include_masks)).with_output_types(ImageAnnotation).with_outputs(
-                   "categories", "errors", main="images"))
+                   "categories", "errors", "layouts", main="images"))
       images.append(files.images)
       categories.append(files.categories)
       errors.append(files.errors)
+      layouts.append(files.layouts)
     if streamed:
       tasks = [(split, uri, image_root, section)
                for split, uri, image_root in streamed for section in SECTIONS]
@@ -57,7 +59,17 @@ class ReadCoco(beam.PTransform):
                 | "Spread" >> beam.Reshuffle()
                 | "Stream" >> beam.ParDo(_ParseSection(
                     self.allow_absolute, self.drop_background, self.include_masks))
-                .with_outputs("objects", "categories", "errors", "zero", main="images"))
+                .with_outputs("objects", "categories", "errors", "zero", "keypoints",
+                              main="images"))
+      by_file = beam.pvalue.AsDict(
+          parsed.keypoints
+          | "KeypointsByFile" >> beam.Map(lambda item: (item[0][0], item))
+          | "GroupKeypoints" >> beam.GroupByKey()
+          | "FileLayouts" >> beam.MapTuple(lambda uri, defs: (uri, file_layout(defs))))
+      layouts.append(root
+                     | "StreamedFiles" >> beam.Create(sorted({uri for _, uri, _ in streamed}))
+                     | "LayoutOfFile" >> beam.Map(lambda uri, found: (uri, found.get(uri)),
+                                                  by_file))
       categories.append(parsed.categories)
       errors.append(parsed.errors)
       errors.append(parsed.zero  # at most 2 per file and category 0, usually none
@@ -72,12 +84,14 @@ class ReadCoco(beam.PTransform):
       joined = ({"image": parsed.images, "objects": parsed.objects}
                 | "GroupByImage" >> beam.CoGroupByKey()
                 | "Join" >> beam.FlatMap(join_image, beam.pvalue.AsDict(by_key),
-                                         self.allow_absolute, self.follow_symlinks)
+                                         self.allow_absolute, self.follow_symlinks, by_file)
                 .with_output_types(ImageAnnotation).with_outputs("errors", main="images"))
       images.append(joined.images)
       errors.append(joined.errors)
     if len(images) > 1:
       images = [tuple(images) | "Images" >> beam.Flatten().with_output_types(ImageAnnotation)]
     names = by_key | "Names" >> beam.MapTuple(lambda uri_id, name: (name, uri_id[1]))
-    return SourceOutput(images=images[0], errors=tuple(errors) | "Errors" >> beam.Flatten(),
-                        categories=names)
+    if len(layouts) > 1:
+      layouts = [tuple(layouts) | "LayoutsOfFiles" >> beam.Flatten()]
+    return source_output(images[0], tuple(errors) | "Errors" >> beam.Flatten(), names,
+                         layouts[0])

@@ -12,8 +12,9 @@ from beam_tfrecord.sources.coco.buffer import (MAX_PARTITIONS, PARTITION_BYTES,
                                                SPILL_BUFFER_BYTES, SPILL_PARTITIONS,
                                                _JoinBuffer)
 from beam_tfrecord.sources.coco.entries import (annotation_extras, annotation_fields,
-                                                parse_category, parse_image)
-from beam_tfrecord.sources.coco.join import category_zero, join_image
+                                                category_keypoints, parse_category,
+                                                parse_image)
+from beam_tfrecord.sources.coco.join import category_zero, file_layout, join_image
 from beam_tfrecord.sources.coco.scan import _NotStreamable, fast_sections
 from beam_tfrecord.sources.coco.stream import SECTIONS, missing_section, stream_sections
 
@@ -28,9 +29,10 @@ class _ParseSection(beam.DoFn):
 
   images: ((uri, image_id), (split, image_root, file_name, width, height));
   objects: ((uri, image_id), ((index, category_id, (x0, y0, x1, y1), is_crowd, area, id,
-  segmentation), ...)), several per image only when the buffer was flushed between its
-  annotations (id and segmentation from annotation_extras);
+  segmentation, keypoints), ...)), several per image only when the buffer was flushed between
+  its annotations (id, segmentation and keypoints from annotation_extras);
   categories: ((uri, category_id), name);
+  keypoints: ((uri, category_id), (name, point names, skeleton)) of a category with keypoints;
   zero, without --label-map (drop_background), for _zero_verdict: (uri, ('used', index)) for
   the first annotation with category_id 0, (uri, ('defined', index, name)) for a category 0.
   """
@@ -72,7 +74,12 @@ class _ParseSection(beam.DoFn):
       image_id, category_id, box, is_crowd, area = parsed
       if category_id == 0 and self.drop_background and self._zero_used is None:
         self._zero_used = index  # the run fails (category_zero)
-      extras = annotation_extras(record, self.include_masks)
+      try:
+        extras = annotation_extras(record, self.include_masks)
+      except InputError as e:  # its keypoints are not a list: this object alone
+        yield beam.pvalue.TaggedOutput("errors", e.record(
+            f"{uri}#{section}[{index}]", _best_key(uri, record), level="object"))
+        return
       self._keep(buffer, image_id, (index, category_id, box, is_crowd, area, *extras))
       self._buffered += 1
       if self.flush_objects and self._buffered >= OBJECT_BUFFER:
@@ -82,6 +89,14 @@ class _ParseSection(beam.DoFn):
       self._zero_defined.append((index, parsed[1]))  # dropped: warned of once 0 is known unused
     else:
       yield beam.pvalue.TaggedOutput("categories", ((uri, parsed[0]), parsed[1]))
+      try:
+        points = category_keypoints(record)
+      except InputError as e:  # the category stays, without keypoints
+        yield beam.pvalue.TaggedOutput("errors", e.record(f"{uri}#{section}[{index}]", uri,
+                                                          level="file"))
+        return
+      if points is not None:
+        yield beam.pvalue.TaggedOutput("keypoints", ((uri, parsed[0]), (parsed[1], *points)))
 
   def process(self, task):
     split, uri, image_root, section = task
@@ -184,7 +199,8 @@ def _all_entries(uri: str, found: set, bad: List[Tuple[str, InputError]],
 
 class _JoinFile(_ParseSection):
   """(split, json_uri, image_root) -> ImageAnnotation; tagged: categories ((uri, id), name) and
-  errors, as ReadCoco's distributed path gives them.
+  errors, as ReadCoco's distributed path gives them, and layouts: (uri, its KeypointLayout or
+  None), once.
 
   The whole file in one pass over its bytes, joined here: one element per image from the
   start, where the distributed path parses the file once per section and meets images and
@@ -219,6 +235,7 @@ class _JoinFile(_ParseSection):
     split, uri, image_root = task
     buffer = _JoinBuffer(self._partitions(uri), self.buffer_bytes)
     names: Dict[Tuple[str, int], List[str]] = {}
+    points: List[Tuple] = []  # the categories' keypoint definitions
     self._buffered = 0
     self._zero_used, self._zero_defined = None, []
     try:
@@ -227,12 +244,18 @@ class _JoinFile(_ParseSection):
           (_, image_id), (_, _, file_name, width, height) = out
           buffer.add_image(image_id, file_name, width, height)
           continue
+        if out.tag == "keypoints":
+          points.append(out.value)
+          continue
         if out.tag == "categories":
           names.setdefault(out.value[0], []).append(out.value[1])
         yield out
       for error in category_zero(uri, self._zero_used, self._zero_defined):
         yield beam.pvalue.TaggedOutput("errors", error)
       categories = {key: min(found) for key, found in names.items()}  # as PickCategory
+      layout = file_layout(points)
+      yield beam.pvalue.TaggedOutput("layouts", (uri, layout))
+      layouts = {uri: layout} if layout is not None else None
       for p in range(buffer.partitions):
         images, objects = buffer.partition(p)
         for image_id, found in images.items():
@@ -240,7 +263,7 @@ class _JoinFile(_ParseSection):
           yield from join_image(
               ((uri, image_id), {"image": [(split, image_root, *f) for f in found],
                                  "objects": [kept] if kept else []}),
-              categories, self.allow_absolute, self.follow_symlinks)
+              categories, self.allow_absolute, self.follow_symlinks, layouts)
         for image_id, kept in objects.items():  # objects of an unknown image: reported
           yield from join_image(((uri, image_id), {"image": [], "objects": [kept]}),
                                 categories, self.allow_absolute, self.follow_symlinks)

@@ -49,8 +49,8 @@ from beam_tfrecord.sources.cvat.document import (HEAD_BYTES, MAX_LABELS,
                                                  read_meta)
 from beam_tfrecord.sources.cvat.shapes import (SHAPES, ParsedImage,
                                                parse_image, parse_points,
-                                               parse_shape, rotated_corners,
-                                               split_of)
+                                               parse_shape, parse_skeleton,
+                                               rotated_corners, split_of)
 from beam_tfrecord.storage import paths
 
 if TYPE_CHECKING:
@@ -60,7 +60,8 @@ __all__ = [
     "EXPORT_FILE", "HEAD_BYTES", "MASKS", "MAX_LABELS", "MAX_XML_DEPTH", "Meta", "ParsedImage",
     "SHAPES", "VERSION", "annotation_file", "check", "declared_encoding",
     "default_image_root", "detect", "fingerprint_patterns", "head_version", "is_cvat_xml",
-    "parse_image", "parse_points", "parse_range", "parse_shape", "possible_splits",
+    "parse_image", "parse_points", "parse_range", "parse_shape", "parse_skeleton",
+    "possible_splits",
     "range_bytes", "ranges", "read", "read_meta", "rotated_corners", "split_of"]
 
 MASKS = True  # polygons: --include-masks rasterizes them

@@ -11,8 +11,10 @@ cannot be cut, UTF-16: there it stops the file). Pure and Beam-free.
 from __future__ import annotations
 
 import dataclasses
-from typing import FrozenSet, Generator, Iterator, List, Optional
+import functools
+from typing import Dict, FrozenSet, Generator, Iterator, List, Optional, Tuple
 
+from beam_tfrecord.records.keypoints import KeypointLayout, layout_of
 from beam_tfrecord.records.model import InputError
 from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE
 from beam_tfrecord.sources.cvat.byte_ranges import (Window, chain,
@@ -33,12 +35,20 @@ MAX_LABELS = 1 << 16
 @dataclasses.dataclass(frozen=True)
 class Meta:
   """What the <meta> of one file says: the export's kind (task, job, project), its label
-  names, the task's or job's subset, and how a range of the file is parsed on its own."""
+  names (a skeleton's point labels, which have a <parent>, are not among them), the task's or
+  job's subset, how a range of the file is parsed on its own, and its skeleton labels as
+  (label, point names, edges as 0-based index pairs)."""
   kind: str
   labels: FrozenSet[str]
   subset: Optional[str] = None
   encoding: str = "utf-8"
   splittable: bool = True
+  skeletons: Tuple[Tuple[str, Tuple[str, ...], Tuple[Tuple[int, int], ...]], ...] = ()
+
+  @functools.cached_property
+  def layout(self) -> Optional[KeypointLayout]:
+    """The file's keypoint layout (its skeleton labels in <meta> order), None without."""
+    return layout_of(self.skeletons)
 
 
 def head_version(data: bytes) -> Optional[str]:
@@ -121,6 +131,7 @@ class _RangeReader:
     root = image = None       # the root, the open <image>
     elements = 0              # the open image's child elements so far
     labels: set = set()
+    skeletons = _Skeletons()
     kind = subset = None
     try:
       for event, element in DET.iterparse(window, events=("start", "end"), forbid_dtd=True):
@@ -147,7 +158,8 @@ class _RangeReader:
           if tag == "meta":
             self.meta = Meta(kind or "task", frozenset(labels), subset,
                              self.meta.encoding if self.meta else "utf-8",
-                             self.meta.splittable if self.meta else True)
+                             self.meta.splittable if self.meta else True,
+                             skeletons.finished())
             yield ("meta", self.meta)
           elif tag == "image":
             if self.meta is None:
@@ -173,7 +185,7 @@ class _RangeReader:
           parent = tags[-1]
           if tag == "label" and parent == "labels":
             name = element.findtext("name")
-            if name:
+            if name and not skeletons.add(name, element):  # a skeleton's point: no class
               labels.add(name)
             if len(labels) > MAX_LABELS:
               raise InputError("parse", "too_large", f"<meta> lists more than {MAX_LABELS} labels")
@@ -211,7 +223,8 @@ class _RangeReader:
           f"the {MAX_OBJECTS_PER_IMAGE:,} one image may have: the image is not converted"),
           "image", name)
     try:
-      return ("image", parse_image(element, self.meta.labels, self.include_masks, self.source))
+      return ("image", parse_image(element, self.meta.labels, self.include_masks, self.source,
+                                   self.meta.layout))
     except InputError as e:  # its width or height: that image only
       return ("error", e, "image", name)
 
@@ -234,3 +247,51 @@ def read_meta(f, source: str = "") -> Meta:
     if item[0] == "meta":
       return dataclasses.replace(item[1], encoding=encoding, splittable=splittable)
   raise InputError("parse", "missing_field", "the file has no <meta> (the labels)")
+
+
+class _Skeletons:
+  """The skeleton labels of a <meta>: each `<label>` of `<type>skeleton</type>` with its
+  `<svg>` (CVAT's skeleton drawing: a `<circle data-node-id data-label-name>` per point, a
+  `<line data-node-from data-node-to>` per edge), and the point labels, whose `<parent>`
+  names their skeleton (CVAT's bindings.py writes both; its importer reads the points' order
+  and the edges from the svg)."""
+
+  def __init__(self):
+    self.drawings: Dict[str, str] = {}
+    self.points: Dict[str, List[str]] = {}
+
+  def add(self, name: str, label) -> bool:
+    """Note one <label>; True when it is a skeleton's point (not a class of its own)."""
+    parent = (label.findtext("parent") or "").strip()
+    if parent:
+      self.points.setdefault(parent, []).append(name)
+      return True
+    if (label.findtext("type") or "").strip() == "skeleton":
+      self.drawings[name] = label.findtext("svg") or ""
+    return False
+
+  def finished(self) -> Tuple:
+    return tuple((name, *_drawn(svg, tuple(self.points.get(name, ()))))
+                 for name, svg in self.drawings.items())
+
+
+def _drawn(svg: str, points: Tuple[str, ...]) -> Tuple[Tuple[str, ...], Tuple]:
+  """(point names in the drawing's order, edges as 0-based pairs) of a skeleton's svg; the
+  <parent> labels in <meta> order when the svg names no points. InputError (the file's meta)
+  for an svg that is not XML."""
+  import xml.etree.ElementTree as ET
+
+  import defusedxml.ElementTree as DET
+  try:
+    root = DET.fromstring(f"<svg>{svg}</svg>", forbid_dtd=True)
+  except ET.ParseError as e:
+    raise InputError("parse", "malformed_xml", f"a skeleton's <svg> is not XML: {e}") from None
+  circles = [c for c in root.iter() if c.tag.rsplit("}", 1)[-1] == "circle"]
+  names = tuple(c.get("data-label-name") or "" for c in circles)
+  if not circles or not all(names):
+    names = points
+  nodes = {c.get("data-node-id", str(i + 1)): i for i, c in enumerate(circles)}
+  edges = tuple((nodes[line.get("data-node-from")], nodes[line.get("data-node-to")])
+                for line in root.iter() if line.tag.rsplit("}", 1)[-1] == "line"
+                and line.get("data-node-from") in nodes and line.get("data-node-to") in nodes)
+  return names, edges if len(names) == len(circles) else ()

@@ -3,11 +3,13 @@ and the image's subset as a split name. Pure and Beam-free: the elements come fr
 streaming parser (document.parse_range) or from tests."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
-from beam_tfrecord.records import masks
+from beam_tfrecord.records import keypoints, masks
+from beam_tfrecord.records.keypoints import KeypointLayout
 from beam_tfrecord.records.model import (Box, InputError, ObjectAnnotation,
                                          check_split_name)
 
@@ -120,9 +122,11 @@ def _object(shapes: Sequence[_Shape], include_masks: bool) -> ObjectAnnotation:
 
 
 def parse_image(element, labels: Optional[FrozenSet[str]], include_masks: bool = False,
-                source: str = "") -> ParsedImage:
+                source: str = "", layout: Optional[KeypointLayout] = None) -> ParsedImage:
   """One <image> element -> ParsedImage. Objects keep the order of their first element. Its
-  `width`/`height` are checked here (InputError wrong_type: the image is not converted)."""
+  `width`/`height` are checked here (InputError wrong_type: the image is not converted).
+  With the file's keypoint `layout` (its skeleton labels), each <skeleton> is an object with
+  its points and the other objects carry the layout's points unlabelled."""
   name = element.get("name")
   width = _size(element.get("width"), f"<image> {name!r} width")
   height = _size(element.get("height"), f"<image> {name!r} height")
@@ -131,12 +135,20 @@ def parse_image(element, labels: Optional[FrozenSet[str]], include_masks: bool =
   groups = {}
   for child in element:
     tag = child.tag
+    if tag == "skeleton" and layout is not None:  # an object of its own, whatever its group
+      try:
+        order.append(parse_skeleton(child, layout))
+      except InputError as e:
+        e.message = f"image {name!r}: {e.message}"
+        problems.append((e, "object"))
+      continue
     if tag not in SHAPES:
       label = child.get("label")
       problems.append((InputError(
           "parse", "unsupported_shape",
           f"<{tag}>{f' {label!r}' if label else ''} of image {name!r} in {source} is not "
-          f"converted: only <box> and <polygon> become objects"), "warning"))
+          f"converted: only <box>, <polygon> and the <skeleton>s of <meta>'s skeleton labels "
+          "become objects"), "warning"))
       continue
     try:
       shape = parse_shape(child, labels)
@@ -152,6 +164,9 @@ def parse_image(element, labels: Optional[FrozenSet[str]], include_masks: bool =
       groups.setdefault(shape.group, []).append(shape)
   objects = []
   for item in order:
+    if isinstance(item, ObjectAnnotation):  # a skeleton
+      objects.append(item)
+      continue
     if isinstance(item, _Shape):
       objects.append(_object([item], include_masks))
       continue
@@ -164,8 +179,49 @@ def parse_image(element, labels: Optional[FrozenSet[str]], include_masks: bool =
           f"{names}; one object has one label, so the group is not converted"), "object"))
       continue
     objects.append(_object(members, include_masks))
+  if layout is not None:
+    objects = [o if o.keypoints is not None else
+               dataclasses.replace(o, keypoints=keypoints.unlabelled(layout)) for o in objects]
   return ParsedImage(name, width, height, element.get("subset"), tuple(objects),
                      tuple(problems))
+
+
+def parse_skeleton(element, layout: Optional[KeypointLayout]) -> ObjectAnnotation:
+  """One <skeleton> (CVAT's exporter: `label`, then a `<points label outside occluded
+  points="x,y">` per point) -> an object whose box bounds its labelled points. Visibility as
+  CVAT's COCO Keypoints export gives it: outside 0, occluded 1, else 2. InputError for a label
+  that is no skeleton of <meta> (unknown_label), points that are not the skeleton's
+  (keypoint_count_mismatch), or no labelled point (bbox_empty)."""
+  label = element.get("label") or ""
+  slot = layout.slot(label) if layout is not None else None
+  if slot is None:
+    raise InputError("validate", "unknown_label",
+                     f"<skeleton> {label!r}: the label is no skeleton of <meta>")
+  first, count = slot
+  names = layout.names[first:first + count]
+  given = {}
+  for point in element:
+    if point.tag != "points":
+      continue  # its <attribute>s
+    what = f"<skeleton> {label!r} point {point.get('label')!r}"
+    xy = parse_points(point.get("points"), what)
+    if point.get("label") not in names or point.get("label") in given or len(xy) != 2:
+      raise InputError("validate", "keypoint_count_mismatch",
+                       f"{what} is not one point of the skeleton's {list(names)}, once")
+    visible = 0 if point.get("outside") == "1" else 1 if point.get("occluded") == "1" else 2
+    given[point.get("label")] = (*xy, visible)
+  if len(given) != count:
+    raise InputError("validate", "keypoint_count_mismatch",
+                     f"<skeleton> {label!r} has {len(given)} of its {count} points "
+                     f"(missing: {[n for n in names if n not in given]})")
+  triples = keypoints.checked([v for n in names for v in given[n]], count, f"<skeleton> {label!r}")
+  labelled = [triples[i:i + 2] for i in range(0, len(triples), 3) if triples[i + 2]]
+  if not labelled:
+    raise InputError("validate", "bbox_empty",
+                     f"<skeleton> {label!r} has no labelled point: no box around it")
+  xs, ys = [p[0] for p in labelled], [p[1] for p in labelled]
+  return ObjectAnnotation(label=label, box=Box(min(xs), min(ys), max(xs), max(ys)),
+                          keypoints=keypoints.placed(layout, label, triples, label))
 
 
 def split_of(subset: Optional[str]) -> Optional[str]:

@@ -7,7 +7,7 @@ from typing import Optional, Sequence, Tuple
 import apache_beam as beam
 
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation, InputError
-from beam_tfrecord.sources.base import SourceOutput
+from beam_tfrecord.sources.keypoints import source_output
 from beam_tfrecord.sources.cvat.byte_ranges import ranges
 from beam_tfrecord.sources.cvat.document import Meta, parse_range, read_meta
 from beam_tfrecord.sources.cvat.shapes import ParsedImage, split_of
@@ -33,6 +33,7 @@ class _PlanFile(beam.DoFn):
           source=uri, stage="read", reason="unreadable", key=uri, level="file",
           message=f"{type(e).__name__}: {e}"))
       return
+    yield beam.pvalue.TaggedOutput("layouts", (uri, meta.layout))
     for start, end in ranges(size, meta.splittable):
       yield split, uri, root, start, end, meta
 
@@ -77,9 +78,10 @@ class _ReadRange(beam.DoFn):
       return
     for error, level in image.problems:
       yield beam.pvalue.TaggedOutput("errors", error.record(uri, key, level=level))
+    layout = meta.layout
     yield ImageAnnotation(key=key, uri=image_uri, source_id=key, source=uri,
                           objects=image.objects, split=split, width=image.width,
-                          height=image.height)
+                          height=image.height, keypoint_names=layout.names if layout else ())
 
 
 class ReadCvat(beam.PTransform):
@@ -87,7 +89,8 @@ class ReadCvat(beam.PTransform):
 
   In: (split or None, annotations.xml uri, image root) per file. Out: one ImageAnnotation per
   <image> (boxes in pixels, occluded as truncated; with include_masks each object's polygons
-  as its segmentation) and ErrorRecords. A worker reads each file's <meta> and cuts it into
+  as its segmentation; a <skeleton> is an object with keypoints, its box around its labelled
+  points) and ErrorRecords. A worker reads each file's <meta> and cuts it into
   byte ranges (_PlanFile); the ranges are spread and read by any worker (_ReadRange). Largest
   element: one image's annotation (or a range task, holding the file's label names).
   """
@@ -103,11 +106,12 @@ class ReadCvat(beam.PTransform):
   def expand(self, root):
     planned = (root
                | "Files" >> beam.Create(self.inputs)
-               | "PlanRanges" >> beam.ParDo(_PlanFile()).with_outputs("errors", main="ranges"))
+               | "PlanRanges" >> beam.ParDo(_PlanFile()).with_outputs(
+                   "errors", "layouts", main="ranges"))
     read = (planned.ranges
             | "SpreadRanges" >> beam.Reshuffle()
             | "ReadRanges" >> beam.ParDo(_ReadRange(
                 self.allow_absolute, self.follow_symlinks, self.include_masks))
             .with_outputs("errors", main="images"))
     errors = (planned.errors, read.errors) | "CvatErrors" >> beam.Flatten()
-    return SourceOutput(images=read.images, errors=errors)
+    return source_output(read.images, errors, layouts=planned.layouts)

@@ -12,7 +12,9 @@ XML is parsed with defusedxml, so entity bombs and external entities are refused
   layout.py      the XMLs of an input and where an XML's image may lie
   detection.py   --format auto
   checks.py      the pre-run checks
-  transform.py   ReadVoc, the Beam transform, and read (imported when the pipeline is built)
+  class_pngs.py  SegmentationClass/ PNGs and ImageSets/Segmentation lists (--schema deeplab)
+  transform.py   ReadVoc and ReadVocSegmentation, the Beam transforms, and read (imported
+                 when the pipeline is built)
 This module is the source protocol (sources/registry.py) and imports no Beam.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from beam_tfrecord.records.model import DEFAULT_SPLIT
+from beam_tfrecord.sources.voc import class_pngs
 from beam_tfrecord.sources.voc.annotation import (MAX_XML_BYTES, MAX_XML_DEPTH,
                                                   parse_xml, read_xml)
 from beam_tfrecord.sources.voc.checks import check, check_input
@@ -38,14 +41,17 @@ if TYPE_CHECKING:
   from beam_tfrecord.sources.base import SourceOutput
 
 __all__ = [
-    "EXPORT_WHAT", "MASKS", "MAX_XML_BYTES", "MAX_XML_DEPTH", "UNIONS", "annotation_files",
-    "check", "check_input", "detect", "fingerprint_patterns", "image_candidates", "is_flat",
+    "CLASS_MASKS", "EXPORT_WHAT", "MASKS", "MAX_XML_BYTES", "MAX_XML_DEPTH", "UNIONS",
+    "annotation_files", "check", "check_input", "detect", "fingerprint_patterns", "image_candidates", "is_flat",
     "missing_annotations", "parse_image_set", "parse_image_sets", "parse_xml",
     "possible_splits", "read", "read_xml", "resolve_split", "split_files", "split_names",
     "xml_stem"]
 
 MASKS = False
-OPTIONS = ("image_sets", "split")  # ImageSets/Main lists, unless --split assigns splits
+CLASS_MASKS = True  # SegmentationClass/ PNGs, read when the schema paints classes (deeplab)
+# ImageSets lists (unless --split assigns splits); the schema says which annotations are read,
+# and the class options are refused with class PNGs
+OPTIONS = ("image_sets", "split", "schema", "classes", "class_map")
 EXPORT_WHAT = "XMLs beside the images"  # what each split folder of an export holds
 
 
@@ -55,6 +61,9 @@ def possible_splits(config) -> Optional[set]:
     return {split or DEFAULT_SPLIT for split, _ in assigned}
   if config.image_sets:
     return set(split_names(parse_image_sets(config.image_sets)))
+  if class_pngs.wanted(config):
+    return set(split_names(split_files(config.inputs[0], class_pngs.SETS_FOLDER))) or {
+        DEFAULT_SPLIT}
   if is_flat(config.inputs[0]):
     return {DEFAULT_SPLIT}
   return set(split_names(split_files(config.inputs[0]))) or {DEFAULT_SPLIT}
@@ -66,8 +75,8 @@ def read(root, config, *, first_id: int, local: bool) -> Tuple[SourceOutput, Lis
 
 
 def fingerprint_patterns(config) -> Tuple[List[Tuple[str, str]], List[str]]:
-  """Annotations/ and ImageSets/Main/ under the VOC directory; the image root (default
-  VOC/JPEGImages); a folder of XMLs: everything below it."""
+  """Annotations/ (deeplab: SegmentationClass/) and ImageSets/ under the VOC directory; the
+  image root (default VOC/JPEGImages); a folder of XMLs: everything below it."""
   given = bool(config.images)
   patterns: List[Tuple[str, str]] = []
   implied: List[str] = []
@@ -76,7 +85,8 @@ def fingerprint_patterns(config) -> Tuple[List[Tuple[str, str]], List[str]]:
     if is_flat(voc):  # a folder of XMLs: XMLs and (unless --images) images anywhere below
       patterns.append(("tree", paths.join(voc, "**")))
       continue
-    patterns.append(("tree", paths.join(paths.join(voc, "Annotations"), "**")))
+    annotations = class_pngs.CLASS_FOLDER if class_pngs.wanted(config) else "Annotations"
+    patterns.append(("tree", paths.join(paths.join(voc, annotations), "**")))
     patterns.append(("tree", paths.join(paths.join(voc, "ImageSets"), "**")))
     if not given and not implied:
       implied.append(paths.join(voc, "JPEGImages"))

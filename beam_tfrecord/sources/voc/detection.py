@@ -19,6 +19,8 @@ def detect(path: str) -> Optional[str]:
   subdirs, files = list_dir(path)
   if "Annotations" in subdirs:
     return "Annotations/"
+  if "SegmentationClass" in subdirs:  # semantic segmentation only (--schema deeplab)
+    return "SegmentationClass/"
   if voc_xmls(path, files):
     return "XMLs"
   # one level down only (raccoon_dataset/annotations/): deeper XMLs are more likely a

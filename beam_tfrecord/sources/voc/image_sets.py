@@ -19,10 +19,11 @@ def parse_image_set(text: str) -> List[str]:
 UNIONS: Dict[str, Tuple[str, ...]] = {"trainval": ("train", "val")}
 
 
-def split_files(voc_root: str) -> Dict[str, str]:
-  """{image set: uri} of ImageSets/Main/*.txt, without the per-class lists (aeroplane_train)."""
+def split_files(voc_root: str, folder: str = "Main") -> Dict[str, str]:
+  """{image set: uri} of ImageSets/<folder>/*.txt; in Main without the per-class lists
+  (aeroplane_train), which Segmentation has none of (its train_aug.txt is a set)."""
   from apache_beam.io.filesystems import FileSystems
-  pattern = paths.join(paths.glob_escape(voc_root), "ImageSets/Main/*.txt")
+  pattern = paths.join(paths.glob_escape(voc_root), f"ImageSets/{folder}/*.txt")
   try:
     found = FileSystems.match([pattern])[0].metadata_list
   except Exception:
@@ -30,7 +31,7 @@ def split_files(voc_root: str) -> Dict[str, str]:
   result = {}
   for meta in found:
     name = posixpath.basename(meta.path.replace("\\", "/"))[:-4]
-    if "_" not in name and not name.startswith((".", "-")):
+    if ("_" not in name or folder != "Main") and not name.startswith((".", "-")):
       result[name] = meta.path
   return dict(sorted(result.items()))
 
@@ -75,14 +76,39 @@ def missing_annotations(element, scope: Sequence[str], lists: Dict[str, str]
   stem, joined = element
   if list(joined["xml"]):
     return []
-  member_of = sorted({name for sets in joined["lists"] for name in sets} & set(scope))
-  if not member_of:
+  return missing_annotation(stem, [name for sets in joined["lists"] for name in sets], scope,
+                            lists, "Main", f"Annotations/ has no {stem}.xml")
+
+
+def missing_annotation(stem: str, member_of: Iterable[str], scope: Sequence[str],
+                       lists: Dict[str, str], folder: str, lacking: str) -> List[ErrorRecord]:
+  """The missing_annotation error of an id the chosen sets of ImageSets/<folder> list while
+  its annotation is not there (`lacking` says which); none for an id no chosen set lists."""
+  chosen = sorted(set(member_of) & set(scope))
+  if not chosen:
     return []
   return [ErrorRecord(
-      source=lists[member_of[0]], stage="parse", reason="missing_annotation", key=stem,
+      source=lists[chosen[0]], stage="parse", reason="missing_annotation", key=stem,
       level="image",
-      message=f"image id {stem!r} is listed in ImageSets/Main/{', '.join(member_of)} but "
-      f"Annotations/ has no {stem}.xml: it cannot be converted")]
+      message=f"image id {stem!r} is listed in ImageSets/{folder}/{', '.join(chosen)} but "
+      f"{lacking}: it cannot be converted")]
+
+
+def split_of(source: str, key: str, stem: str, member_of: Sequence[str], scope: Sequence[str],
+             folder: str = "Main") -> Tuple[Optional[str], Optional[ErrorRecord]]:
+  """(split, None) of an image the image sets `member_of` name (resolve_split), else (None,
+  the error that keeps it out; a warning when only sets that were not chosen name it)."""
+  split, reason = resolve_split(member_of, scope)
+  if split is not None:
+    return split, None
+  where = f"the lists {sorted(member_of)}" if member_of else f"no ImageSets/{folder} list"
+  message = f"image id {stem!r} is named by {where}"
+  if reason == "not_in_split" and member_of:  # only in sets that were not chosen
+    return None, ErrorRecord(
+        source=source, stage="parse", reason="excluded_by_image_sets", key=key,
+        level="warning", message=f"{message}, none of the chosen image sets {list(scope)}")
+  return None, ErrorRecord(source=source, stage="parse", reason=reason, key=key, level="image",
+                           message=message)
 
 
 def parse_image_sets(text: str) -> List[str]:

@@ -67,7 +67,8 @@ def find_image_dirs(xml_root: str) -> List[str]:
 
 
 def is_flat(voc_root: str) -> bool:
-  """A folder of XMLs rather than a VOC directory (no Annotations/). A missing directory is
-  read as a VOC directory, whose source reports it as before."""
+  """A folder of XMLs rather than a VOC directory (no Annotations/, nor SegmentationClass/).
+  A missing directory is read as a VOC directory, whose source reports it as before."""
   subdirs, files = list_dir(voc_root)
-  return bool(subdirs or files) and "Annotations" not in subdirs
+  return (bool(subdirs or files) and "Annotations" not in subdirs
+          and "SegmentationClass" not in subdirs)

@@ -1,5 +1,6 @@
-"""The Beam transform of --format voc: the XMLs listed, spread and parsed on workers; the
-image sets read into a side input of each image id's sets."""
+"""The Beam transforms of --format voc: ReadVoc (the XMLs listed, spread and parsed on workers;
+the image sets read into a side input of each image id's sets) and ReadVocSegmentation (the
+class PNGs of the deeplab schema, joined with their image sets by id)."""
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -8,12 +9,12 @@ import apache_beam as beam
 
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.sources.base import SourceOutput
+from beam_tfrecord.sources.voc import class_pngs
 from beam_tfrecord.sources.voc.annotation import parse_xml, read_xml
 from beam_tfrecord.sources.voc.image_sets import (missing_annotations,
                                                   parse_image_set,
-                                                  parse_image_sets,
-                                                  resolve_split, split_files,
-                                                  split_names)
+                                                  parse_image_sets, split_files,
+                                                  split_names, split_of)
 from beam_tfrecord.sources.voc.layout import (annotation_files, find_image_dirs,
                                               image_candidates, is_flat,
                                               xml_files, xml_stem)
@@ -58,23 +59,38 @@ class _ParseXml(beam.DoFn):
       return
     split = self.split
     if scope:
-      member_of = splits.get(stem, [])
-      split, reason = resolve_split(member_of, scope)
-      if split is None:
-        excluded = reason == "not_in_split" and bool(member_of)  # only in sets not chosen
-        where = (f"the lists {sorted(member_of)}" if member_of else "no ImageSets/Main list")
-        yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-            source=uri, stage="parse", key=key,
-            reason="excluded_by_image_sets" if excluded else reason,
-            level="warning" if excluded else "image",
-            message=f"image id {stem!r} is named by {where}"
-            + (f", none of the chosen image sets {scope}" if excluded else "")))
+      split, error = split_of(uri, key, stem, splits.get(stem, []), scope)
+      if error is not None:
+        yield beam.pvalue.TaggedOutput("errors", error)
         return
     yield ImageAnnotation(key=key, uri=image_uri, source_id=key, source=uri,
                           objects=tuple(objects), split=split, width=width, height=height)
 
 
-class ReadVoc(beam.PTransform):
+class _ListedSplits(beam.PTransform):
+  """What both VOC transforms share: their arguments, and the image sets of ImageSets/<FOLDER>
+  that make the splits (membership comes from every list; `scope` is the lists that make
+  splits), none when `split` is given or `use_image_sets` is off."""
+  FOLDER = "Main"
+
+  def __init__(self, voc_root: str, image_root: Optional[str] = None,
+               use_image_sets: bool = True, allow_absolute: bool = False,
+               image_sets: Optional[Sequence[str]] = None, follow_symlinks: bool = False,
+               split: Optional[str] = None):
+    super().__init__()
+    self.voc_root = voc_root
+    self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
+    self.split = split
+    self.lists = (split_files(voc_root, self.FOLDER)
+                  if use_image_sets and not split and self.has_lists() else {})
+    self.scope = sorted(image_sets or self.lists)
+    self.splits = split_names(self.scope) if self.lists else []
+
+  def has_lists(self) -> bool:
+    return True
+
+
+class ReadVoc(_ListedSplits):
   """A Pascal VOC directory, or a folder of VOC XMLs -> SourceOutput.
 
   In: voc_root (holding Annotations/*.xml, optionally ImageSets/Main/*.txt; or XMLs anywhere
@@ -84,32 +100,22 @@ class ReadVoc(beam.PTransform):
   `split`, and ErrorRecords.
   """
 
-  def __init__(self, voc_root: str, image_root: Optional[str] = None,
-               use_image_sets: bool = True, allow_absolute: bool = False,
-               image_sets: Optional[Sequence[str]] = None, follow_symlinks: bool = False,
-               split: Optional[str] = None):
-    super().__init__()
-    self.voc_root = voc_root
+  def __init__(self, voc_root: str, image_root: Optional[str] = None, **options):
     self.flat = is_flat(voc_root)
+    super().__init__(voc_root, image_root, **options)
     self.image_root = image_root or (voc_root if self.flat else
                                      paths.join(voc_root, "JPEGImages"))
     self.image_dirs: List[str] = []
     if self.flat and not image_root:
       self.image_dirs = find_image_dirs(voc_root)
-    self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
-    self.split = split
-    # Membership comes from every list; `scope` is the lists that make splits.
-    self.lists = (split_files(voc_root) if use_image_sets and not self.flat and not split
-                  else {})
-    self.scope = sorted(image_sets or self.lists)
-    self.splits = split_names(self.scope) if self.lists else []
+
+  def has_lists(self) -> bool:
+    return not self.flat  # a folder of XMLs has no ImageSets
 
   def expand(self, root):
     members = (root
                | "SplitLists" >> beam.Create(sorted(self.lists.items()))
-               | "ReadLists" >> beam.FlatMap(
-                   lambda kv: [(stem, kv[0]) for stem in
-                               parse_image_set(read_text(kv[1]).decode("utf-8"))])
+               | "ReadLists" >> beam.FlatMap(_list_members)
                | "GroupSplits" >> beam.GroupByKey()
                | "SortSplits" >> beam.MapTuple(lambda stem, s: (stem, sorted(set(s)))))
     parse = _ParseXml(self.image_root, self.allow_absolute, self.follow_symlinks,
@@ -133,21 +139,74 @@ class ReadVoc(beam.PTransform):
     return SourceOutput(images=parsed.images, errors=errors)
 
 
+def _list_members(item: Tuple[str, str]) -> List[Tuple[str, str]]:
+  """(image id, set) of each id an image set (name, uri) lists."""
+  name, uri = item
+  return [(stem, name) for stem in parse_image_set(read_text(uri).decode("utf-8"))]
+
+
+class ReadVocSegmentation(_ListedSplits):
+  """VOC's semantic segmentation (the deeplab schema) -> SourceOutput, VOC's 20 classes as its
+  categories (ids 1..20: the palette indices).
+
+  In: voc_root holding SegmentationClass/*.png and optionally ImageSets/Segmentation/*.txt;
+  image_root (default voc_root/JPEGImages), where the image of id X is X.jpg. Out: one
+  ImageAnnotation per class PNG, its bytes as its one object (class_pngs.class_png_object),
+  split by the lists as ReadVoc splits by ImageSets/Main (or `split`), and ErrorRecords: ids
+  listed without a PNG, PNGs in no chosen list, PNGs unreadable or over their budget.
+  Largest element: one id's group in the join (its PNG's uri and the names of the lists that
+  name it); the PNG (at most class_pngs.MAX_CLASS_PNG_BYTES) is read after the join, one at a
+  time. Memory: O(1) per element on the workers; the PNG listing streams from one worker.
+  """
+
+  FOLDER = class_pngs.SETS_FOLDER
+
+  def __init__(self, voc_root: str, image_root: Optional[str] = None, **options):
+    super().__init__(voc_root, image_root, **options)
+    self.reader = class_pngs.Reader(image_root or paths.join(voc_root, "JPEGImages"),
+                                    self.scope, self.lists, self.split, self.allow_absolute,
+                                    self.follow_symlinks)
+
+  def expand(self, root):
+    pngs = (root
+            | "Root" >> beam.Create([self.voc_root])
+            | "ListPng" >> beam.FlatMap(class_pngs.class_png_files)
+            | "PngIds" >> beam.Map(lambda uri: (class_pngs.png_stem(uri), uri)))
+    members = (root
+               | "SplitLists" >> beam.Create(sorted(self.lists.items()))
+               | "ReadLists" >> beam.FlatMap(_list_members))
+    reader = self.reader
+    parsed = ({"png": pngs, "lists": members}
+              | "JoinLists" >> beam.CoGroupByKey()
+              | "ReadPng" >> beam.FlatMap(lambda element: [
+                  beam.pvalue.TaggedOutput("errors", item) if isinstance(item, ErrorRecord)
+                  else item for item in reader(element)]).with_outputs("errors", main="images"))
+    return SourceOutput(images=parsed.images, errors=parsed.errors,
+                        categories=root | "VocClasses" >> beam.Create(class_pngs.categories()))
+
+
 def read(root, config, *, first_id: int, local: bool) -> Tuple[SourceOutput, List[str]]:
   allow, follow = config.allow_absolute_paths, config.follow_symlinks
   assigned = config.input_image_roots()  # (split, VOC dir, its --images or None)
+  segmentation = class_pngs.wanted(config)
+  transform, name = ((ReadVocSegmentation, "ReadVocSegmentation") if segmentation
+                     else (ReadVoc, "ReadVoc"))
   if len(assigned) == 1 and not assigned[0][0]:
-    voc = ReadVoc(assigned[0][1], assigned[0][2], use_image_sets=not config.split,
-                  allow_absolute=allow, follow_symlinks=follow,
-                  image_sets=parse_image_sets(config.image_sets) if config.image_sets else None)
-    return root | "ReadVoc" >> voc, sorted(voc.splits)
+    voc = transform(assigned[0][1], assigned[0][2], use_image_sets=not config.split,
+                    allow_absolute=allow, follow_symlinks=follow,
+                    image_sets=parse_image_sets(config.image_sets) if config.image_sets
+                    else None)
+    return root | name >> voc, sorted(voc.splits)
   if not all(split for split, _, _ in assigned):
     raise ValueError("--format voc takes one --input (a VOC directory or a folder of XMLs), "
                      "or one SPLIT=DIR per split")
-  per_folder = [root | f"ReadVoc[{split}]" >> ReadVoc(
+  per_folder = [root | f"{name}[{split}]" >> transform(
       uri, images, allow_absolute=allow, follow_symlinks=follow,
       split=split) for split, uri, images in assigned]
+  categories = (root | "VocClasses" >> beam.Create(class_pngs.categories())
+                if segmentation else None)
   return (SourceOutput(
       images=tuple(o.images for o in per_folder) | "VocImages" >> beam.Flatten(),
-      errors=tuple(o.errors for o in per_folder) | "VocErrors" >> beam.Flatten()),
+      errors=tuple(o.errors for o in per_folder) | "VocErrors" >> beam.Flatten(),
+      categories=categories),
       sorted(split for split, _, _ in assigned))

@@ -9,6 +9,7 @@ import posixpath
 from typing import Dict, Optional, Sequence, Tuple
 
 from beam_tfrecord.errors import UsageError
+from beam_tfrecord.records.keypoints import KeypointLayout, layout_of
 from beam_tfrecord.sources.detect import EXPORT_SPLITS
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.files import exists, list_dir, parent, read_text
@@ -34,6 +35,14 @@ class YoloDataset:
   splits: Tuple[Tuple[str, Tuple[str, ...]], ...]
   bases: Tuple[str, ...] = ()
   kpt_shape: Optional[Tuple[int, int]] = None  # pose: (keypoints, values per keypoint)
+  kpt_names: Tuple[str, ...] = ()  # pose: the K points' names (`kpt_names`, else 0..K-1)
+
+  @property
+  def layout(self) -> Optional[KeypointLayout]:
+    """A pose dataset's keypoint layout: K points shared by every class (no skeleton)."""
+    if self.kpt_shape is None:
+      return None
+    return layout_of([(name, self.kpt_names, ()) for name in self.names])
 
 
 def join_path(base: str, rel: str) -> str:
@@ -78,6 +87,22 @@ def parse_kpt_shape(value, where: str) -> Optional[Tuple[int, int]]:
   return int(value[0]), int(value[1])
 
 
+def parse_kpt_names(value, count: int, where: str) -> Tuple[str, ...]:
+  """The names of a pose dataset's K points: Ultralytics' `kpt_names` ({class index: [K
+  names]}, or a list of such lists), the first class's (every class shares the K slots of a
+  YOLO pose line); "0".."K-1" when absent."""
+  if value is None:
+    return tuple(str(i) for i in range(count))
+  lists = ([value[k] for k in sorted(value, key=str)] if isinstance(value, dict) else
+           value if isinstance(value, list) and value and isinstance(value[0], list) else
+           [value])
+  names = lists[0] if lists else None
+  if not isinstance(names, list) or len(names) != count:
+    raise UsageError(f"{where}: `kpt_names` must give the {count} names of `kpt_shape`'s "
+                     f"points, got {value!r:.120}")
+  return tuple(str(n) for n in names)
+
+
 def first_existing(candidates: Sequence[str]) -> Optional[str]:
   for candidate in candidates:
     if exists(candidate):
@@ -101,6 +126,7 @@ def load_data_yaml(uri: str) -> YoloDataset:
     raise UsageError(f"{uri} has no `names` (the class list of a YOLO dataset yaml)")
   names = parse_names(doc["names"], uri)
   kpt_shape = parse_kpt_shape(doc.get("kpt_shape"), uri)
+  kpt_names = (parse_kpt_names(doc.get("kpt_names"), kpt_shape[0], uri) if kpt_shape else ())
   root = join_path(".", parent(uri))
   if doc.get("path"):
     root = join_path(root, str(doc["path"]))
@@ -121,7 +147,7 @@ def load_data_yaml(uri: str) -> YoloDataset:
   if not splits:
     raise UsageError(f"{uri} names no images (no train/val/test entries)")
   return YoloDataset(posixpath.basename(uri.replace("\\", "/")), root, names, tuple(splits),
-                     kpt_shape=kpt_shape)
+                     kpt_shape=kpt_shape, kpt_names=kpt_names)
 
 
 def _folder_split(key: str, entries: Sequence[str]) -> str:

@@ -13,7 +13,7 @@ import posixpath
 import re
 from typing import List, Optional, Sequence, Tuple
 
-from beam_tfrecord.records import masks
+from beam_tfrecord.records import keypoints, masks
 from beam_tfrecord.records.model import Box, InputError, ObjectAnnotation
 from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE, is_hidden
 from beam_tfrecord.storage import paths
@@ -61,7 +61,10 @@ def parse_line(line: str, names: Sequence[str], include_masks: bool = False,
   [0, 1]. With include_masks a polygon line also carries its polygon as the object's
   segmentation (masks.polygon_json: normalized points, rasterized once the image size is
   known); a box or pose line carries none. A pose line's box is the four numbers after the
-  class; its keypoints are checked (x, y in [0, 1]) but not written."""
+  class, followed by its K keypoints (x y, visible, or x y visibility as COCO's 0/1/2: an
+  Ultralytics [K, 2] dataset has no visibility, and its loss counts every point labelled):
+  InputError keypoint_outside_image for a labelled point outside [0, 1],
+  bad_keypoint_visibility for another visibility."""
   tokens = line.split()
   if not all(_NUMBER.match(t) for t in tokens):
     raise InputError("parse", "malformed_line", f"{line!r} is not numbers")
@@ -82,14 +85,17 @@ def parse_line(line: str, names: Sequence[str], include_masks: bool = False,
                      f"class index {index} is out of range: the dataset names {len(names)} "
                      f"classes (0..{len(names) - 1})")
   values = [float(t) for t in tokens[1:]]
-  checked = values
-  if shape == "pose":  # the box, then each keypoint's x and y (not its visibility)
-    step = kpt_shape[1]
-    checked = values[:4] + [v for i in range(4, len(values), step) for v in values[i:i + 2]]
-    values = values[:4]
-  if not all(0.0 <= v <= 1.0 for v in checked):
+  points = None
+  if shape == "pose":  # the box, then K points of x y (visible) or x y visibility
+    given, values = values[4:], values[:4]
+    if kpt_shape[1] == 2:
+      given = [v for i in range(0, len(given), 2) for v in (*given[i:i + 2], 2.0)]
+  if not all(0.0 <= v <= 1.0 for v in values):
     raise InputError("validate", "bbox_outside_unit",
                      f"{line!r}: coordinates must be normalized to [0, 1]")
+  if shape == "pose":
+    points = keypoints.checked(given, kpt_shape[0], repr(line))
+    keypoints.normalized(points, 1.0, 1.0, repr(line))  # a labelled point off the image
   if len(values) == 4:
     cx, cy, w, h = values
     corners = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
@@ -102,7 +108,7 @@ def parse_line(line: str, names: Sequence[str], include_masks: bool = False,
   segmentation = (masks.polygon_json(values, normalized=True)
                   if include_masks and len(values) > 4 else None)
   return ObjectAnnotation(label=names[index], box=Box(*corners, normalized=True),
-                          segmentation=segmentation)
+                          segmentation=segmentation, keypoints=points)
 
 
 def parse_label_text(text: str, names: Sequence[str], include_masks: bool = False,

@@ -9,7 +9,8 @@ import apache_beam as beam
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.records.model import (ErrorRecord, ImageAnnotation,
                                          InputError, ObjectAnnotation)
-from beam_tfrecord.sources.base import SourceOutput, image_extensions
+from beam_tfrecord.sources.base import image_extensions
+from beam_tfrecord.sources.keypoints import source_output
 from beam_tfrecord.sources.yolo.dataset import YoloDataset
 from beam_tfrecord.sources.yolo.labels import parse_label_text, read_label_text
 from beam_tfrecord.sources.yolo.listing import (label_files_in, list_directory,
@@ -80,7 +81,8 @@ class _ReadLabels(beam.DoFn):
         yield beam.pvalue.TaggedOutput("errors", error.record(f"{label}:{number}", key,
                                                               level="object"))
     yield ImageAnnotation(key=key, uri=uri, source_id=key, source=source,
-                          objects=tuple(objects), split=split)
+                          objects=tuple(objects), split=split,
+                          keypoint_names=self.dataset.kpt_names)
 
 
 class ReadYolo(beam.PTransform):
@@ -139,6 +141,7 @@ class ReadYolo(beam.PTransform):
     names = self.datasets[0].names
     categories = root | "Classes" >> beam.Create(
         [(name, i + self.first_id) for i, name in enumerate(names)])
-    return SourceOutput(images=tuple(images) | "Images" >> beam.Flatten(),
-                        errors=tuple(errors) | "Errors" >> beam.Flatten(),
-                        categories=categories)
+    layouts = root | "Layouts" >> beam.Create(
+        [(f"{d.described_by} ({d.root})", d.layout) for d in self.datasets])
+    return source_output(tuple(images) | "Images" >> beam.Flatten(),
+                         tuple(errors) | "Errors" >> beam.Flatten(), categories, layouts)
