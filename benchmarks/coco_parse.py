@@ -58,7 +58,7 @@ def _stream(path: str) -> Iterator[Tuple[str, Any]]:
 
 def _scan(path: str) -> Iterator[Tuple[str, Any]]:
   from beam_tfrecord.sources.coco.workers import _all_entries
-  return _all_entries(path, set(), [])
+  return _all_entries(path, set(), [], {"key": None})
 
 
 def _items(path: str, sections=SECTIONS) -> Iterator[Tuple[str, Any]]:
