@@ -56,6 +56,9 @@ _ENTRIES = [
      "(CVAT, Labelbox)"),
     ("bad_segmentation", "object", "with --include-masks, the object's segmentation (polygons "
      "or RLE) cannot be read or does not fit the image, so the object is dropped with its mask"),
+    ("bad_skeleton", "warning", "a COCO category's `skeleton` is neither 1-based (COCO's) nor "
+     "0-based (Datumaro's, CVAT's COCO export) pairs of its keypoints: the skeleton, which "
+     "only says how to draw them, is left out; the keypoints are kept"),
     ("bad_split", "object", "a CSV row's split column is no usable split name (letters, "
      "digits, '_', '.', '-')"),
     ("bad_subset", "image", "a CVAT subset cannot be a split name; give the --input a SPLIT= "

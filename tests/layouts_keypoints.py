@@ -136,6 +136,45 @@ def write_coco(root: Path, images: Sequence[Img], split: str,
   return path
 
 
+def write_datumaro_coco(root: Path, images: Sequence[Img], skeleton: Sequence[Sequence[int]],
+                        split: str = "train") -> Path:
+  """annotations/person_keypoints_default.json as Datumaro's COCO converter (CVAT's COCO
+  Keypoints export) writes it: info and licenses with empty values, images with license 0,
+  annotations with `attributes` and `keypoints` before `num_keypoints`, categories with
+  supercategory '' and the `skeleton` given (Datumaro's joints, 0-based). The non-person
+  category has empty keypoint and skeleton lists."""
+  entries, annotations = [], []
+  for image_id, img in enumerate(images, start=1):
+    if img.split != split:
+      continue
+    entries.append({"id": image_id, "width": img.width, "height": img.height,
+                    "file_name": img.name, "license": 0, "flickr_url": "", "coco_url": "",
+                    "date_captured": 0})
+    for obj in img.objects:
+      x0, y0, x1, y1 = obj.box
+      ann = {"id": len(annotations) + 1, "image_id": image_id,
+             "category_id": 1 if obj.label == "person" else 2, "segmentation": [],
+             "area": float((x1 - x0) * (y1 - y0)), "bbox": [x0, y0, x1 - x0, y1 - y0],
+             "iscrowd": 0, "attributes": {"occluded": False}}
+      if obj.points is not None:
+        ann["keypoints"] = [v for p in obj.points for v in p]
+        ann["num_keypoints"] = sum(1 for p in obj.points if p[2])
+      annotations.append(ann)
+  doc = {"licenses": [{"name": "", "id": 0, "url": ""}],
+         "info": {"contributor": "", "date_created": "", "description": "", "url": "",
+                  "version": "", "year": ""},
+         "categories": [{"id": 1, "name": "person", "supercategory": "",
+                         "keypoints": list(COCO_KEYPOINTS),
+                         "skeleton": [list(e) for e in skeleton]},
+                        {"id": 2, "name": "dog", "supercategory": "", "keypoints": [],
+                         "skeleton": []}],
+         "images": entries, "annotations": annotations}
+  path = root / "annotations" / "person_keypoints_default.json"
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(json.dumps(doc))
+  return path
+
+
 def write_yolo_pose(root: Path, images: Sequence[Img], dims: int = 3,
                     names: Sequence[str] = COCO_KEYPOINTS, kpt_names: bool = True,
                     classes: Sequence[str] = ("person", "dog")) -> Path:

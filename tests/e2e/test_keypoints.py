@@ -134,6 +134,33 @@ def test_coco_bad_keypoints_are_object_errors(tmp_path, capsys):
                dropped={(off_img.name, off), (vis_img.name, vis), (short_img.name, short)})
 
 
+def test_datumaro_zero_based_skeleton_keeps_every_point(tmp_path, capsys):
+  """Datumaro (CVAT's COCO Keypoints export) writes the skeleton 0-based: it is read so (the
+  manifest's 0-based skeleton is the file's as it is) and every person's 17 points are
+  written. A skeleton that fits neither numbering is left out with one bad_skeleton warning;
+  the points are written all the same."""
+  root = tmp_path / "coco"
+  images = lk.make_images(root, count=3)
+  zero_based = [[a - 1, b - 1] for a, b in lk.COCO_SKELETON]
+  source = lk.write_datumaro_coco(root, images, zero_based)
+  run = convert(["--input", str(source), "--images", str(root / "images"),
+                 "--output", str(tmp_path / "out")], capsys)
+  assert run.code == 0 and run.errors == [], run.stderr
+  assert run.manifest["keypoints"]["skeleton"] == zero_based
+  train = [img for img in images if img.split == "train"]
+  check_points(run.output, train, K, lk.COCO_KEYPOINTS)
+
+  source = lk.write_datumaro_coco(root, images, [[0, 1], [16, 17]])  # 0 and K: neither
+  run = convert(["--input", str(source), "--images", str(root / "images"),
+                 "--output", str(tmp_path / "out2")], capsys)
+  assert run.code == 0, run.stderr
+  assert [(e["reason"], e["level"]) for e in run.errors] == [("bad_skeleton", "warning")]
+  assert "'person'" in run.errors[0]["message"]
+  assert run.manifest["keypoints"]["skeleton"] == []
+  assert run.manifest["keypoints"]["names"] == list(lk.COCO_KEYPOINTS)
+  check_points(run.output, train, K, lk.COCO_KEYPOINTS)
+
+
 @pytest.mark.parametrize("dims", [3, 2])
 def test_yolo_pose(tmp_path, capsys, dims):
   """Ultralytics pose labels (kpt_shape [17, 3] with COCO's visibilities; [17, 2] without,

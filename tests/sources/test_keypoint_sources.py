@@ -156,3 +156,20 @@ def test_cvat_skeleton_errors(tmp_path):
                                 ([("a", 1, 2)], "person", "keypoint_count_mismatch"),
                                 ([("a", 1, 2), ("b", 1, 2)], "car", "unknown_label")]:
     assert _reason(lambda: cvat.parse_skeleton(skeleton(points, label), layout)) == reason
+
+
+def test_coco_skeleton_numbering():
+  """COCO's 1-based skeleton and Datumaro's 0-based one both become 0-based pairs; one that
+  fits neither, or is no list of pairs, is dropped with a warning, the names kept."""
+  from beam_tfrecord.sources.coco.entries import category_keypoints, skeleton_edges
+  assert skeleton_edges([[1, 2], [2, 3]], 3) == (((0, 1), (1, 2)), None)
+  assert skeleton_edges([[0, 1], [1, 2]], 3) == (((0, 1), (1, 2)), None)
+  assert skeleton_edges([], 3) == ((), None)
+  for bad in ([[0, 3]], [[1, 4]], [[-1, 1]], [[1, 2, 3]], [["a", 1]], [[True, 1]], "1-2"):
+    edges, problem = skeleton_edges(bad, 3)
+    assert edges == () and problem, bad
+  names, edges, warning = category_keypoints(
+      {"name": "person", "keypoints": ["a", "b", "c"], "skeleton": [[0, 3]]})
+  assert (names, edges) == (("a", "b", "c"), ()) and "'person'" in warning
+  assert category_keypoints({"name": "p", "keypoints": ["a", "b"], "skeleton": [[1, 2]]}) == (
+      ("a", "b"), ((0, 1),), None)

@@ -117,25 +117,42 @@ def annotation_extras(record: Dict[str, Any], include_masks: bool
 
 
 def category_keypoints(record: Dict[str, Any]
-                       ) -> Optional[Tuple[Tuple[str, ...], Tuple[Tuple[int, int], ...]]]:
-  """(keypoint names, skeleton as 0-based index pairs) of a parsed category (COCO's
-  `keypoints` and 1-based `skeleton`), None when it names no keypoints. InputError wrong_type
-  for names that are not strings or an edge that is not a pair of 1..K."""
+                       ) -> Optional[Tuple[Tuple[str, ...], Tuple[Tuple[int, int], ...],
+                                       Optional[str]]]:
+  """(keypoint names, skeleton as 0-based index pairs, a warning or None) of a parsed
+  category, None when it names no keypoints. InputError wrong_type for names that are not
+  strings. The skeleton is drawing metadata: one that cannot be read is dropped with the
+  warning (skeleton_edges), the points are kept."""
   names = record.get("keypoints")
   if not names:
     return None
   if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
     raise InputError("parse", "wrong_type", f"category {record.get('name')!r}: keypoints "
                      f"must be a list of names, got {names!r:.80}")
-  edges = record.get("skeleton") or []
-  pairs = []
-  for edge in edges if isinstance(edges, list) else [edges]:
-    if (not isinstance(edge, list) or len(edge) != 2 or
-        not all(type(i) is int and 1 <= i <= len(names) for i in edge)):
-      raise InputError("parse", "wrong_type", f"category {record.get('name')!r}: a skeleton "
-                       f"edge must be two keypoint numbers 1..{len(names)}, got {edge!r:.80}")
-    pairs.append((edge[0] - 1, edge[1] - 1))
-  return tuple(names), tuple(pairs)
+  edges, problem = skeleton_edges(record.get("skeleton") or [], len(names))
+  warning = (f"category {record.get('name')!r}: {problem}; the skeleton is left out, the "
+             "keypoints are kept") if problem else None
+  return tuple(names), edges, warning
+
+
+def skeleton_edges(edges: Any, count: int) -> Tuple[Tuple[Tuple[int, int], ...], Optional[str]]:
+  """(edges as 0-based pairs, None) of a COCO skeleton over `count` points, or ((), what is
+  wrong). COCO's files count from 1; Datumaro (CVAT's COCO export) writes 0-based pairs, so a
+  skeleton whose indices are all below `count` with a 0 among them is read as 0-based, one of
+  1..count as 1-based. Anything else (a K with a 0, an index out of range, an edge that is no
+  pair of integers) is no skeleton of these points."""
+  if not isinstance(edges, list) or not all(
+      isinstance(e, list) and len(e) == 2 and all(type(i) is int for i in e) for e in edges):
+    return (), f"a skeleton edge is not a pair of keypoint numbers ({edges!r:.80})"
+  indices = {i for edge in edges for i in edge}
+  if not indices:
+    return (), None
+  if 0 in indices and max(indices) < count and min(indices) >= 0:
+    return tuple((a, b) for a, b in edges), None
+  if min(indices) >= 1 and max(indices) <= count:
+    return tuple((a - 1, b - 1) for a, b in edges), None
+  return (), (f"the skeleton's keypoint numbers ({min(indices)}..{max(indices)}) are neither "
+              f"1..{count} (COCO's) nor 0..{count - 1}")
 
 
 def parse_category(record: Any) -> Tuple[int, str]:

@@ -96,7 +96,12 @@ class _ParseSection(beam.DoFn):
                                                           level="file"))
         return
       if points is not None:
-        yield beam.pvalue.TaggedOutput("keypoints", ((uri, parsed[0]), (parsed[1], *points)))
+        names, edges, warning = points
+        if warning:  # the skeleton alone is dropped: it only says how to draw the points
+          yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+              source=f"{uri}#{section}[{index}]", stage="parse", reason="bad_skeleton",
+              key=uri, level="warning", message=warning))
+        yield beam.pvalue.TaggedOutput("keypoints", ((uri, parsed[0]), (parsed[1], names, edges)))
 
   def process(self, task):
     split, uri, image_root, section = task
