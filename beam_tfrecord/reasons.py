@@ -47,7 +47,8 @@ _ENTRIES = [
      "dropped: id 0 means background in the TF OD API (Roboflow exports name the dataset so)"),
     ("bad_bbox", "object", "a Labelbox bounding box has a negative width or height"),
     ("bad_class_mask", "image", "the deeplab schema's class PNG (VOC's SegmentationClass/) "
-     "is no 8-bit palette or grayscale PNG, or cannot be decoded"),
+     "is no 8-bit palette or grayscale PNG, is RGB with a colour outside VOC's colour map (or "
+     "transparent pixels), or cannot be decoded"),
     ("bad_image_data", "image", "the LabelMe JSON's embedded imageData (its image whenever it "
      "is not null, as in labelme) is empty or not base64"),
     ("bad_keypoint_visibility", "object", "a keypoint's visibility is not 0 (not labelled), 1 "

@@ -96,6 +96,18 @@ def write_voc(root: Path, images: Dict = IMAGES, annotations: bool = True) -> Pa
   return voc
 
 
+def rgb_class_png(size: Tuple[int, int], objects: Sequence[Tuple[int, Sequence[Tuple[int, int]]]],
+                  border: int = 2) -> Image.Image:
+  """The class PNG as Datumaro's VOC export writes SegmentationClass/ (and an image editor
+  that flattens the palette saves it): each index painted in its VOC colour, mode RGB."""
+  return Image.fromarray(voc_colormap()[np.array(class_png(size, objects, border))])
+
+
 def indices(png: Path) -> np.ndarray:
-  """A class PNG's palette indices, as DeepLab's remove_gt_colormap.py reads them."""
-  return np.array(Image.open(png))
+  """A class PNG's palette indices, as DeepLab's remove_gt_colormap.py reads them; an RGB
+  one's colours looked up in VOC's colour map, as Datumaro reads them."""
+  pixels = np.array(Image.open(png))
+  if pixels.ndim == 2:
+    return pixels
+  index = {tuple(int(c) for c in color): i for i, color in enumerate(voc_colormap())}
+  return np.array([[index[tuple(int(c) for c in p)] for p in row] for row in pixels], np.uint8)

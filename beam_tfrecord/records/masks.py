@@ -13,7 +13,8 @@ Class masks (the deeplab schema) are one 8-bit grayscale PNG per image, as DeepL
 build_data.py writes `image/segmentation/class/encoded`: 0 background, a class's label-map id
 where it is, IGNORE (255) where nothing may be learnt. `paint` makes one from objects (later
 over earlier); a class PNG of the source (VOC's SegmentationClass/) is taken as it is, its
-palette indices being the classes (`open_class_png`, `class_array`, `check_class_values`).
+palette indices being the classes, or its colours in VOC's colour map when it was saved as RGB
+(`open_class_png`, `class_array`, `voc_indices`, `check_class_values`).
 """
 from __future__ import annotations
 
@@ -178,7 +179,52 @@ BACKGROUND = 0
 IGNORE = 255   # DeepLab's ignore_label: VOC's void border, COCO's crowd regions
 MAX_CLASS_ID = 254  # ids above do not fit an 8-bit mask beside IGNORE
 _CLASS_PNG = "class_png"  # the key of a carried class PNG (class_png_json)
-_CLASS_MODES = ("P", "L")  # palette indices (VOC) or gray values (SegmentationClassRaw)
+# palette indices (VOC), gray values (SegmentationClassRaw), or VOC's colours flattened to
+# RGB (Datumaro's VOC export, an image editor's save), mapped back to their indices
+_CLASS_MODES = ("P", "L", "RGB", "RGBA")
+
+
+def voc_colormap() -> np.ndarray:
+  """VOC's 256-entry colour map (the devkit's VOClabelcolormap.m) as uint8 [256, 3]: index
+  i's bits spread over r, g, b, three at a time, from each channel's top bit down. 255,
+  the void border, is (224, 224, 192). Every entry differs, so a colour names one index."""
+  index = np.arange(256)
+  cmap = np.zeros((256, 3), np.int64)
+  for bit in range(8):
+    for channel in range(3):
+      cmap[:, channel] |= ((index >> (3 * bit + channel)) & 1) << (7 - bit)
+  return cmap.astype(np.uint8)
+
+
+def _packed(rgb: np.ndarray) -> np.ndarray:
+  rgb = rgb.astype(np.uint32)
+  return (rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2]
+
+
+_VOC_CODES = _packed(voc_colormap())
+_VOC_ORDER = np.argsort(_VOC_CODES)
+_VOC_SORTED = _VOC_CODES[_VOC_ORDER]
+
+
+def voc_indices(pixels: np.ndarray) -> np.ndarray:
+  """uint8 [h, w] class indices of RGB (or opaque RGBA) pixels [h, w, 3|4] in VOC's colour
+  map, as Datumaro reads such masks back. InputError bad_class_mask for a colour outside the
+  map (antialiasing, JPEG-like noise, another palette) or a transparent pixel."""
+  if pixels.shape[-1] == 4:
+    if (pixels[..., 3] != 255).any():
+      raise _bad_class_png("the RGBA class PNG has transparent pixels: a class mask holds one "
+                           "class colour per pixel")
+    pixels = pixels[..., :3]
+  codes = _packed(pixels)
+  at = np.minimum(np.searchsorted(_VOC_SORTED, codes), len(_VOC_SORTED) - 1)
+  known = _VOC_SORTED[at] == codes
+  if not known.all():
+    strange = np.unique(codes[~known])
+    shown = ", ".join(f"({c >> 16}, {(c >> 8) & 255}, {c & 255})" for c in strange[:5].tolist())
+    raise _bad_class_png(f"the RGB class PNG holds {len(strange)} colour"
+                         f"{'s' if len(strange) > 1 else ''} outside VOC's colour map ({shown}"
+                         f"{', ...' if len(strange) > 5 else ''}): no class index can be read")
+  return _VOC_ORDER[at].astype(np.uint8)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,23 +267,26 @@ def _bad_class_png(message: str) -> InputError:
 
 def open_class_png(data: bytes) -> Image.Image:
   """A class PNG opened, its header read (size and mode, nothing decoded): a single-channel
-  8-bit PNG (palette or gray), else InputError bad_class_mask."""
+  8-bit PNG (palette or gray), or an RGB(A) one in VOC's colours, else InputError
+  bad_class_mask."""
   try:
     image = Image.open(io.BytesIO(data))
   except Exception as e:  # not an image, or over Pillow's decompression-bomb limit
     raise _bad_class_png(f"the class PNG cannot be read ({type(e).__name__})") from None
   if image.format != "PNG" or image.mode not in _CLASS_MODES:
-    raise _bad_class_png(f"a class mask must be an 8-bit palette or grayscale PNG, not "
-                         f"{image.format} mode {image.mode}")
+    raise _bad_class_png(f"a class mask must be an 8-bit palette or grayscale PNG (or RGB "
+                         f"in VOC's colour map), not {image.format} mode {image.mode}")
   return image
 
 
 def class_array(image: Image.Image) -> np.ndarray:
-  """The pixel values of an open_class_png image (palette indices as they are), decoded."""
+  """The class indices of an open_class_png image, decoded: palette indices and gray values
+  as they are, VOC's colours as their indices (voc_indices)."""
   try:
-    return np.asarray(image)
+    pixels = np.asarray(image)
   except Exception as e:  # truncated or corrupt data
     raise _bad_class_png(f"the class PNG cannot be decoded ({type(e).__name__}: {e})") from None
+  return voc_indices(pixels) if pixels.ndim == 3 else pixels
 
 
 def check_class_values(canvas: np.ndarray, ids: Collection[int]) -> None:

@@ -23,7 +23,7 @@ import bad_data
 import numpy as np
 import pytest
 import voc_segmentation as vs
-from PIL import Image
+from PIL import Image, ImageFilter
 
 from beam_tfrecord import sample as samples
 
@@ -103,7 +103,7 @@ def record_keys(output: str) -> set:
 BAD = {
     "2007_000129": "class_mask_size_mismatch",   # its PNG is larger than its JPEG
     "2007_000170": "unknown_class_index",        # palette index 42
-    "2007_000187": "bad_class_mask",             # an RGB PNG (a colour rendering)
+    "2007_000187": "bad_class_mask",             # RGB with colours outside VOC's map
     "2007_000241": "missing_annotation",         # listed, no PNG
 }
 
@@ -117,10 +117,18 @@ def _voc_with_bad_images(root: Path) -> Path:
   vs.photo((32, 24), 2).save(jpegs / "2007_000170.jpg")
   vs.class_png((32, 24), [(42, triangle)]).save(seg / "2007_000170.png")
   vs.photo((32, 24), 3).save(jpegs / "2007_000187.jpg")
-  vs.class_png((32, 24), [(3, triangle)]).convert("RGB").save(seg / "2007_000187.png")
+  # an editor's antialiasing blends VOC's colours at the outlines: no index for those
+  vs.rgb_class_png((32, 24), [(3, triangle)]).filter(ImageFilter.SMOOTH).save(
+      seg / "2007_000187.png")
+  # saved as RGB in VOC's colours (Datumaro's VOC export): read as the indices
+  vs.photo((40, 30), 5).save(jpegs / "2007_000250.jpg")
+  vs.rgb_class_png((40, 30), [(3, [(2, 2), (30, 4), (12, 26)]),
+                              (7, [(20, 10), (38, 12), (36, 28), (22, 27)])]).save(
+      seg / "2007_000250.png")
   vs.photo((32, 24), 4).save(jpegs / "2007_000241.jpg")
   train = voc / "ImageSets" / "Segmentation" / "train.txt"
-  train.write_text(train.read_text() + "".join(f"{stem}\n" for stem in sorted(BAD)))
+  train.write_text(train.read_text() + "".join(f"{stem}\n" for stem in sorted(BAD)) +
+                   "2007_000250\n")
   return voc
 
 
@@ -136,7 +144,8 @@ def voc_run(tmp_path_factory):
 
 def test_voc_masks_read_by_deeplab_equal_the_source_pngs(voc_run):
   voc, run = voc_run
-  expected = {"train": ["2007_000032", "2007_000063"], "val": ["2007_000039", "2007_000068"]}
+  expected = {"train": ["2007_000032", "2007_000063", "2007_000250"],
+              "val": ["2007_000039", "2007_000068"]}
   assert sorted(run.manifest["splits"]) == ["train", "val"]
   for split, stems in expected.items():
     read = read_like_deeplab(run.output, split)
@@ -152,6 +161,8 @@ def test_voc_masks_read_by_deeplab_equal_the_source_pngs(voc_run):
       assert (found[HEIGHT], found[WIDTH]) == source.shape
   assert {v for stem in ("2007_000032", "2007_000063") for v in np.unique(
       vs.indices(voc / "SegmentationClass" / f"{stem}.png"))} == {0, 1, 8, 12, 15, 255}
+  rgb = Image.open(voc / "SegmentationClass" / "2007_000250.png")
+  assert rgb.mode == "RGB" and set(np.unique(vs.indices(rgb.filename))) == {0, 3, 7, 255}
 
 
 def test_voc_records_hold_build_data_s_keys_and_voc_s_classes(voc_run):
@@ -168,7 +179,7 @@ def test_voc_records_hold_build_data_s_keys_and_voc_s_classes(voc_run):
   assert feature["image/segmentation/class/format"].bytes_list.value == [b"png"]
   # the classes counted are those each mask holds
   assert run.manifest["splits"]["train"]["classes"] == {
-      "aeroplane": 1, "cat": 1, "dog": 1, "person": 1}
+      "aeroplane": 1, "bird": 1, "car": 1, "cat": 1, "dog": 1, "person": 1}
 
 
 def test_voc_pngs_that_do_not_fit_are_reported(voc_run):
@@ -177,6 +188,8 @@ def test_voc_pngs_that_do_not_fit_are_reported(voc_run):
   assert found == {stem: (reason, "image") for stem, reason in BAD.items()}
   unknown = next(e for e in run.errors if e["reason"] == "unknown_class_index")
   assert "42" in unknown["message"]
+  colours = next(e for e in run.errors if e["reason"] == "bad_class_mask")
+  assert "outside VOC's colour map" in colours["message"]
   assert run.manifest["errors"]["by_reason"] == {reason: 1 for reason in BAD.values()}
 
 

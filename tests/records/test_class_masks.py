@@ -7,7 +7,7 @@ import io
 import numpy as np
 import pytest
 from PIL import Image
-from voc_segmentation import class_png, voc_colormap
+from voc_segmentation import class_png, rgb_class_png, voc_colormap
 
 from beam_tfrecord.records import masks
 from beam_tfrecord.records.model import InputError
@@ -54,6 +54,39 @@ def test_a_voc_palette_png_is_read_as_its_indices():
   assert tuple(voc_colormap()[255]) == (224, 224, 192)  # VOC's void colour
 
 
+def test_voc_s_colour_map_is_the_devkit_s():
+  np.testing.assert_array_equal(masks.voc_colormap(), voc_colormap())
+
+
+def test_an_rgb_png_in_voc_s_colours_is_read_as_its_indices():
+  """Datumaro's VOC export (and an editor that flattens the palette) saves the class PNG as
+  RGB in VOC's colours: each colour is read back as its index, void (224, 224, 192) as 255;
+  an opaque RGBA alike."""
+  objects = [(15, [(2, 2), (17, 2), (17, 8), (2, 8)]), (200, [(1, 9), (6, 1), (9, 9)])]
+  indices = np.asarray(class_png((20, 10), objects))
+  for image in (rgb_class_png((20, 10), objects), rgb_class_png((20, 10), objects)
+                .convert("RGBA")):
+    opened = masks.open_class_png(_png(image))
+    np.testing.assert_array_equal(masks.class_array(opened), indices)
+  assert set(np.unique(indices)) == {0, 15, 200, 255}
+
+
+def test_rgb_colours_outside_voc_s_map_and_transparency_are_refused():
+  image = rgb_class_png((20, 10), [(15, [(2, 2), (17, 2), (17, 8), (2, 8)])])
+  image.putpixel((0, 0), (13, 200, 7))
+  image.putpixel((1, 0), (13, 200, 8))
+  with pytest.raises(InputError) as raised:
+    masks.class_array(masks.open_class_png(_png(image)))
+  assert raised.value.reason == "bad_class_mask"
+  assert "2 colours outside VOC's colour map ((13, 200, 7), (13, 200, 8))" in \
+      raised.value.message
+  clear = rgb_class_png((4, 4), []).convert("RGBA")
+  clear.putpixel((0, 0), (0, 0, 0, 0))
+  with pytest.raises(InputError) as raised:
+    masks.class_array(masks.open_class_png(_png(clear)))
+  assert raised.value.reason == "bad_class_mask" and "transparent" in raised.value.message
+
+
 def test_a_carried_class_png_round_trips_and_segmentations_are_not_one():
   data = _png(class_png((8, 8), []))
   assert masks.carried_class_png(masks.class_png_json(data)) == data
@@ -63,7 +96,7 @@ def test_a_carried_class_png_round_trips_and_segmentations_are_not_one():
 
 
 @pytest.mark.parametrize("image,words", [
-    (Image.new("RGB", (4, 4)), "mode RGB"),
+    (Image.new("LA", (4, 4)), "mode LA"),
     (Image.new("I;16", (4, 4)), "mode I;16"),
 ])
 def test_class_pngs_that_are_not_single_channel_8_bit_are_refused(image, words):

@@ -2,7 +2,9 @@
 PNGs whose indices are the classes (0 background, 1..20 VOC's classes, 255 the void border),
 with ImageSets/Segmentation/<set>.txt as the splits, read as DeepLab's build_voc2012_data.py
 reads them: the image of id X is JPEGImages/X.jpg (under --images when given). Annotations/
-is not read. Beam-free: transform.ReadVocSegmentation wires these functions.
+is not read. A PNG saved as RGB in VOC's colour map (Datumaro's VOC export, an image editor
+that flattens the palette) is read as the indices of its colours (records/masks.voc_indices).
+Beam-free: transform.ReadVocSegmentation wires these functions.
 
 The PNG's bytes travel in the annotation record (masks.class_png_json) rather than being read
 again by the writer: a few kB an image (VOC's are 1-10 kB), at most MAX_CLASS_PNG_BYTES.
