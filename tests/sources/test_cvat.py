@@ -475,6 +475,26 @@ def test_bad_command_lines_exit_2_with_one_line(small_dataset, tmp_path, capsys)
     assert not out.exists()
 
 
+def test_format_auto_finds_a_cvat_xml_with_a_dtd_and_refuses_it_in_one_line(
+    small_dataset, tmp_path, capsys):
+  """--format auto: a CVAT XML that declares a DTD is still a CVAT XML (found as one, not
+  'cannot tell the format'), and the run refuses it as --format cvat does: one line, exit 2."""
+  from beam_tfrecord.sources import detect
+  xml = write_cvat(small_dataset.images, small_dataset.image_dir, tmp_path / "export",
+                   save_images=False)
+  dtd = tmp_path / "dtd.xml"
+  dtd.write_bytes(xml.read_bytes().replace(
+      b"?>", b'?>\n<!DOCTYPE annotations [\n  <!ENTITY who "cvat">\n]>', 1))
+  assert detect.detect([str(dtd)]).format == "cvat"
+  out = tmp_path / "out"
+  run = convert(["--input", str(dtd), "--output", str(out)], capsys)
+  assert run.code == EXIT_USAGE
+  lines = run.stderr.strip().splitlines()
+  assert len(lines) == 1 and "DTDs and entities are refused (unsafe XML)" in lines[0], \
+      run.stderr
+  assert not out.exists()
+
+
 def test_other_layouts_are_not_taken_for_cvat(dataset, tmp_path):
   images, image_dir = dataset.images, dataset.image_dir
   paths = [str(dataset.voc_dir), str(dataset.coco_file("train")), str(dataset.csv_file("val")),

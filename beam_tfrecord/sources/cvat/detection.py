@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 from typing import Optional
 
+from beam_tfrecord.records.model import InputError
 from beam_tfrecord.sources.cvat.document import HEAD_BYTES, VERSION, head_version
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.files import is_dir, list_dir, open_read
@@ -33,10 +35,20 @@ def read_head(uri: str) -> bytes:
     return f.read(HEAD_BYTES)
 
 
+# A document type declaration, its internal subset included (up to the "]>" that ends it).
+_DOCTYPE = re.compile(rb"<!DOCTYPE\b[^\[>]*(\[.*?\]\s*)?>", re.DOTALL)
+
+
 def is_cvat_xml(uri: str) -> bool:
-  """Whether a file's head is a CVAT XML (<annotations> with <version>1.1)."""
+  """Whether a file's head is a CVAT XML (<annotations> with <version>1.1). A DTD does not
+  hide the format: the head is looked at without it, and the run's checks then refuse the
+  file as unsafe_xml in one line, as they do with --format cvat."""
   try:
-    return head_version(read_head(uri)) == VERSION
+    head = read_head(uri)
+    try:
+      return head_version(head) == VERSION
+    except InputError:  # a DTD or entities, refused when parsing: look past the declaration
+      return head_version(_DOCTYPE.sub(b"", head, count=1)) == VERSION
   except Exception:
     return False
 
