@@ -129,8 +129,10 @@ class ConvertConfig:
 
   @functools.cached_property
   def renamed(self) -> Dict[str, str]:
-    """--feature-names checked against the schema's keys (UsageError when wrong)."""
-    spec = schemas.get(self.schema_option()).with_masks(self.include_masks).feature_spec
+    """--feature-names checked against the schema's keys, its keypoint keys among them (a
+    source's keypoints are known only once it is read; UsageError when wrong)."""
+    schema = schemas.get(self.schema_option()).with_masks(self.include_masks)
+    spec = {**schema.feature_spec, **getattr(schema.module, "KEYPOINT_SPEC", {})}
     return schemas.parse_feature_names(self.feature_names, spec)
 
   @functools.cached_property

@@ -1,6 +1,7 @@
 """`beam-tfrecord show`: a grid of examples drawn from the records themselves.
 
-Boxes in their class colour with the class name, masks as translucent overlays (a class
+Boxes in their class colour with the class name, keypoints as dots in that colour (joined by
+the manifest's skeleton; unlabelled points left out), masks as translucent overlays (a class
 mask, deeplab's, as one overlay per class present: 255, ignore, in light grey), and for
 classification records a frame in the class colour with the class as caption. What is drawn
 comes only from the TFRecords and manifest.json (through views.py), never from the source
@@ -27,7 +28,8 @@ CAPTION = 18         # text line under each tile
 LINE = 3             # box outline width in pixels
 MASK_ALPHA = 0.45    # mask overlay opacity
 BACKGROUND = (24, 24, 24)
-IGNORE_LABEL = "255 (ignore)"    # a class mask's ignore regions (VOC's border, COCO's crowds)
+IGNORE_LABEL = views.IGNORE_LABEL  # a class mask's ignore regions (VOC's border, crowds)
+POINT = 3            # keypoint dot radius in grid pixels
 IGNORE_COLOR = (235, 235, 235)
 HALO = (0, 0, 0)
 # Evenly spread, saturated hues: neighbouring class ids get distant colours.
@@ -84,10 +86,31 @@ def _label(draw: ImageDraw.ImageDraw, xy: Tuple[float, float], text: str, color,
   draw.text((x + 2, y), text, fill=_text_color(color), font=font)
 
 
+def _keypoints(draw: ImageDraw.ImageDraw, points: Sequence[Tuple[float, float, int]],
+               skeleton: Sequence[Sequence[int]], color, at: Tuple[int, int],
+               scale: float) -> None:
+  """One object's labelled points (visibility 1 or 2) as dots of its class colour with a
+  dark halo, the skeleton's edges between labelled points under them."""
+  x, y = at
+  placed = [(x + round(px * scale), y + round(py * scale)) if v else None
+            for px, py, v in points]
+  for edge in skeleton:
+    ends = [placed[i] if 0 <= i < len(placed) else None for i in edge[:2]]
+    if len(ends) == 2 and None not in ends:
+      draw.line(ends, fill=HALO, width=3)
+      draw.line(ends, fill=color, width=1)
+  for point in placed:
+    if point is not None:
+      px, py = point
+      draw.ellipse([px - POINT, py - POINT, px + POINT, py + POINT], fill=color, outline=HALO)
+
+
 def render(items: Sequence[views.Item], label_map: Mapping[str, int], tile: int = TILE,
-           columns: Optional[int] = None, title: Optional[str] = None) -> Image.Image:
+           columns: Optional[int] = None, title: Optional[str] = None,
+           skeleton: Sequence[Sequence[int]] = ()) -> Image.Image:
   """The grid picture of these records. `grid.info["tiles"]` lists, per record, where its
-  image was placed: {"name", "x", "y", "scale"} (grid pixel = x + scale * image pixel)."""
+  image was placed: {"name", "x", "y", "scale"} (grid pixel = x + scale * image pixel).
+  `skeleton`: the keypoint edges (0-based index pairs) drawn between an object's points."""
   columns = columns or max(1, min(len(items), math.ceil(math.sqrt(len(items)))))
   rows = max(1, math.ceil(len(items) / columns))
   font, small = _font(13), _font(11)
@@ -129,6 +152,8 @@ def render(items: Sequence[views.Item], label_map: Mapping[str, int], tile: int 
       draw.rectangle(corners, outline=color, width=LINE)
       if entry.caption is None and label:
         labels.append(((corners[0], corners[1]), label, color))
+    for points, label in zip(entry.keypoints, entry.labels):
+      _keypoints(draw, points, skeleton, box_color(label, label_map), (x, y), scale)
     for xy, label, color in labels:
       _label(draw, xy, label, color, small, bounds)
     caption_x = cx
@@ -191,41 +216,8 @@ def sample(output: str, manifest: Union[Manifest, Mapping], split: str, n: int,
           records.append(record)
         elif rng.randrange(seen) < n:
           records[rng.randrange(n)] = record
-  class_key = _class_mask_key(manifest)
-  items = []
-  for record in records:
-    features = views.parse(record)
-    entry = views.item(features, view, names)
-    if class_key and features.get(class_key):  # drawn as masks, one per class present
-      entry.masks, entry.labels = class_regions(features[class_key][0], names)
-    items.append(entry)
-  return items
-
-
-def _class_mask_key(manifest: Manifest) -> Optional[str]:
-  """The key of the output's class mask (deeplab's, renamed or not), None when it has none."""
-  from beam_tfrecord.schemas.deeplab import CLASS_MASK_FEATURE
-  key = views.renames(manifest).get(CLASS_MASK_FEATURE, CLASS_MASK_FEATURE)
-  return key if key in manifest.features else None
-
-
-def class_regions(png: bytes, names: Mapping[int, str]) -> Tuple[List[bytes], List[str]]:
-  """A class mask (one PNG of class ids) as one 0/1 PNG per value but background (0), with
-  its class name (IGNORE_LABEL for 255): render draws each like an instance mask, in the
-  class's colour. An unreadable mask draws nothing."""
-  import io
-  try:
-    with Image.open(io.BytesIO(png)) as opened:
-      mask = opened.convert("L")
-  except Exception:
-    return [], []
-  regions, labels = [], []
-  for value in sorted(v for _, v in mask.getcolors(256) or () if v):
-    out = io.BytesIO()
-    mask.point(lambda p, v=value: 1 if p == v else 0).save(out, format="PNG")
-    regions.append(out.getvalue())
-    labels.append(IGNORE_LABEL if value == 255 else names.get(value, str(value)))
-  return regions, labels
+  # a class mask (deeplab's) comes as one mask per class present (views.class_regions)
+  return [views.item(views.parse(record), view, names) for record in records]
 
 
 def show(output: str, split: Optional[str] = None, n: int = 16, seed: int = 0,
@@ -245,6 +237,7 @@ def show(output: str, split: Optional[str] = None, n: int = 16, seed: int = 0,
     name += f" · {versions.label(number)}"
   title = (f"{name} · {split} · {len(items)} of "
            f"{total} records · schema {manifest.schema}")
-  picture = render(items, manifest.label_map, tile=tile, title=title)
+  skeleton = (manifest.keypoints or {}).get("skeleton", ())
+  picture = render(items, manifest.label_map, tile=tile, title=title, skeleton=skeleton)
   picture.info["read"], picture.info["version"] = directory, number
   return picture

@@ -30,7 +30,9 @@ def band(area: float) -> str:
 def frames(output: str, manifest: Union[Manifest, Mapping]
            ) -> Tuple[pd.DataFrame, pd.DataFrame]:
   """(one row per record: split, image, width, height, objects, class of a classification
-  record; one row per box: split, image, class, box_width, box_height in pixels)."""
+  record; one row per box: split, image, class, box_width, box_height in pixels). A class
+  mask's (deeplab's) objects are the classes it holds, ignore (255) aside, each with the box
+  around its pixels."""
   manifest = Manifest.of(manifest)
   view = views.resolve(manifest)
   names = views.class_names(manifest)
@@ -40,9 +42,11 @@ def frames(output: str, manifest: Union[Manifest, Mapping]
       for i, serialized in enumerate(views.read_records(uri)):
         entry = views.item(views.parse(serialized), view, names, f"{uri}#{i}")
         width, height = entry.size()
-        records.append((split, entry.group, width, height, len(entry.boxes), entry.caption))
+        # a class mask's objects are its classes, each boxed around its pixels
+        shapes = entry.regions or list(zip(entry.boxes, entry.labels))
+        records.append((split, entry.group, width, height, len(shapes), entry.caption))
         boxes.extend((split, entry.group, label, x1 - x0, y1 - y0)
-                     for (x0, y0, x1, y1), label in zip(entry.boxes, entry.labels))
+                     for (x0, y0, x1, y1), label in shapes)
   return (pd.DataFrame(records, columns=IMAGE_COLUMNS),
           pd.DataFrame(boxes, columns=OBJECT_COLUMNS))
 

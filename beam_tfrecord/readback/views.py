@@ -12,8 +12,9 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Uni
 from beam_tfrecord.records import protos
 from beam_tfrecord.records import tfrecord
 from beam_tfrecord.records.manifest import Manifest
-from beam_tfrecord.schemas.views import (NORMALIZED_CORNERS, NORMALIZED_YXYX,  # noqa: F401
-                                          PIXEL_XYWH, VIEWS, View, renames, resolve)
+from beam_tfrecord.schemas.views import (KEYPOINTS_X_Y, KEYPOINTS_YX,  # noqa: F401
+                                          NORMALIZED_CORNERS, NORMALIZED_YXYX, PIXEL_XYWH,
+                                          VIEWS, View, renames, resolve)
 from beam_tfrecord.storage import files, paths
 
 # ---------------------------------------------------------------------------------------------
@@ -32,13 +33,12 @@ def parse(serialized: bytes) -> Dict[str, list]:
 
 def read_manifest(output: str) -> Manifest:
   """The manifest of an output to read back. finalize.output.IncompleteOutput (naming
-  `verify --repair`) while a killed run's replacement is pending: its manifest may be the old
-  one over a mix of old and new shards, or missing."""
+  `verify --repair`, or what to remove when it would refuse the journal) while a killed run's
+  replacement is pending: its manifest may be the old one over a mix of old and new shards,
+  or missing."""
   from beam_tfrecord.finalize import output as outputs
-  if files.exists(paths.join(output, outputs.JOURNAL), strict=True):
-    raise outputs.IncompleteOutput(
-        f"{output}: a run was interrupted while replacing the output; run `beam-tfrecord "
-        f"verify --repair {output}` (or the next convert) to complete it")
+  if outputs.journal_exists(output):
+    raise outputs.incomplete(output)  # or, for a journal no repair takes, what to remove
   return outputs.load_manifest(output)
 
 
@@ -80,6 +80,12 @@ class Item:
   labels: List[str] = dataclasses.field(default_factory=list)   # one per box
   masks: List[bytes] = dataclasses.field(default_factory=list)
   caption: Optional[str] = None               # the class of a classification record
+  # each box's keypoints, (x, y, visibility) in pixels; empty when the record has none
+  keypoints: List[List[Tuple[float, float, int]]] = dataclasses.field(default_factory=list)
+  # a class mask's classes (ignore aside), each with the box around its pixels: what
+  # `inspect` counts as objects (`boxes` stays empty: the regions are drawn as masks)
+  regions: List[Tuple[Tuple[float, float, float, float], str]] = dataclasses.field(
+      default_factory=list)
 
   def size(self) -> Tuple[int, int]:
     """(width, height): from the record, else from the image header."""
@@ -117,6 +123,11 @@ def item(features: Mapping[str, list], view: View, names: Mapping[int, str],
                 group=_text(_first(get(view.group), name or record_id)),
                 width=_first(get(view.width)), height=_first(get(view.height)),
                 depth=_first(get(view.depth)), masks=list(get(view.mask)))
+  if view.class_mask:
+    png = _first(get(view.class_mask))
+    if png:
+      result.masks, result.labels, result.regions = class_regions(png, names)
+    return result
   if view.classification:
     result.caption = _first(labels)
     return result
@@ -134,7 +145,61 @@ def item(features: Mapping[str, list], view: View, names: Mapping[int, str],
     values = list(get(view.boxes[0]))
     result.boxes = [(x, y, x + w, y + h) for x, y, w, h in zip(*[iter(values)] * 4)]
   result.labels = (labels + [""] * len(result.boxes))[:len(result.boxes)]
+  if view.keypoints and result.boxes:
+    result.keypoints = keypoints_of(features, view, len(result.boxes), *result.size())
   return result
+
+
+def keypoints_of(features: Mapping[str, list], view: View, objects: int, width: float,
+                 height: float) -> List[List[Tuple[float, float, int]]]:
+  """Each object's K keypoints as (x, y, visibility) in pixels, K the values per object;
+  [] when the values do not split evenly over the objects (nothing to draw then)."""
+  if view.keypoint_format == KEYPOINTS_YX:
+    pairs = list(features.get(view.keypoints[0], []))
+    ys, xs = pairs[0::2], pairs[1::2]
+  else:
+    xs, ys = (list(features.get(k, [])) for k in view.keypoints)
+  count = len(xs) // objects if objects else 0
+  if not count or len(xs) != count * objects or len(ys) != len(xs):
+    return []
+  vs = [int(v) for v in features.get(view.keypoint_visibility, [])] \
+      if view.keypoint_visibility else []
+  if len(vs) != len(xs):  # no visibility written: every point labelled, as the TF OD API reads it
+    vs = [2] * len(xs)
+  points = [(x * width, y * height, v) for x, y, v in zip(xs, ys, vs)]
+  return [points[i * count:(i + 1) * count] for i in range(objects)]
+
+
+IGNORE_LABEL = "255 (ignore)"    # a class mask's ignore regions (VOC's border, COCO's crowds)
+
+
+def class_regions(png: bytes, names: Mapping[int, str]
+                  ) -> Tuple[List[bytes], List[str], List[Tuple[Tuple[float, ...], str]]]:
+  """A class mask (one PNG of class ids) as (one 0/1 PNG per value but background (0), its
+  class name (IGNORE_LABEL for 255), and (the box around its pixels, name) of each class but
+  ignore). An unreadable mask gives nothing."""
+  import numpy as np
+  from PIL import Image
+  try:
+    with Image.open(io.BytesIO(png)) as opened:
+      mask = np.asarray(opened.convert("L"))
+  except Exception:
+    return [], [], []
+  regions, labels, boxes = [], [], []
+  for value in np.unique(mask).tolist():
+    if not value:
+      continue
+    where = mask == value
+    out = io.BytesIO()
+    Image.fromarray(where.astype(np.uint8)).save(out, format="PNG")
+    regions.append(out.getvalue())
+    label = IGNORE_LABEL if value == 255 else names.get(value, str(value))
+    labels.append(label)
+    if value != 255:
+      rows, columns = np.flatnonzero(where.any(axis=1)), np.flatnonzero(where.any(axis=0))
+      boxes.append(((float(columns[0]), float(rows[0]), float(columns[-1] + 1),
+                     float(rows[-1] + 1)), label))
+  return regions, labels, boxes
 
 
 def to_pil(entry: Item):

@@ -15,6 +15,10 @@ from beam_tfrecord.records.manifest import Manifest
 NORMALIZED_CORNERS = "normalized_corners"
 PIXEL_XYWH = "pixel_xywh"
 NORMALIZED_YXYX = "normalized_yxyx"  # TFDS's BBoxFeature: [ymin, xmin, ymax, xmax] per object
+# Keypoint encodings, normalized like the boxes: the TF OD API's x and y keys (K per object,
+# flattened), TFDS's one key of [y, x] pairs.
+KEYPOINTS_X_Y = "keypoints_x_y"
+KEYPOINTS_YX = "keypoints_yx"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,11 +36,15 @@ class View:
   class_text: Optional[str] = None
   class_id: Optional[str] = None
   mask: Optional[str] = None                # PNG per object, image-sized (TF OD API)
+  class_mask: Optional[str] = None          # one PNG of class ids per image (deeplab)
+  keypoints: Tuple[str, ...] = ()           # x and y keys, or one [y, x] pairs key
+  keypoint_format: Optional[str] = None
+  keypoint_visibility: Optional[str] = None  # 0 not labelled, 1 occluded, 2 visible
 
   @property
   def classification(self) -> bool:
     """One class per record and no box: the class is a caption, not a box label."""
-    return not self.boxes
+    return not self.boxes and not self.class_mask
 
 
 VIEWS: Dict[str, View] = {v.schema: v for v in (
@@ -45,7 +53,9 @@ VIEWS: Dict[str, View] = {v.schema: v for v in (
          boxes=("image/object/bbox/xmin", "image/object/bbox/ymin", "image/object/bbox/xmax",
                 "image/object/bbox/ymax"), box_format=NORMALIZED_CORNERS,
          class_text="image/object/class/text", class_id="image/object/class/label",
-         mask="image/object/mask"),
+         mask="image/object/mask",
+         keypoints=("image/object/keypoint/x", "image/object/keypoint/y"),
+         keypoint_format=KEYPOINTS_X_Y, keypoint_visibility="image/object/keypoint/visibility"),
     View("classification", image="image/encoded", height="image/height", width="image/width",
          filename="image/filename", class_text="image/class/text", class_id="image/class/label"),
     # The TFRecord tutorial's keys (tensorflow.org/tutorials/load_data/tfrecord).
@@ -56,8 +66,13 @@ VIEWS: Dict[str, View] = {v.schema: v for v in (
          box_format=PIXEL_XYWH, class_id="category_id"),
     # --layout tfds: TFDS coco/2017's and image_folder's features (names in labels.txt)
     View("tfds_detection", image="image", filename="image/filename", boxes=("objects/bbox",),
-         box_format=NORMALIZED_YXYX, class_id="objects/label", mask="objects/segmentation"),
+         box_format=NORMALIZED_YXYX, class_id="objects/label", mask="objects/segmentation",
+         keypoints=("objects/keypoints",), keypoint_format=KEYPOINTS_YX,
+         keypoint_visibility="objects/keypoint_visibility"),
     View("tfds_image_folder", image="image", filename="image/filename", class_id="label"),
+    # DeepLab's build_data.py keys: the classes are the class mask's values
+    View("deeplab", image="image/encoded", height="image/height", width="image/width",
+         filename="image/filename", class_mask="image/segmentation/class/encoded"),
 )}
 
 
@@ -99,17 +114,23 @@ def resolve(manifest: Union[Manifest, Mapping]) -> View:
     return k if k in features else None
 
   changes = {f.name: key(getattr(row, f.name)) for f in dataclasses.fields(View)
-             if f.name not in ("schema", "boxes", "box_format")}
+             if f.name not in ("schema", "boxes", "box_format", "keypoints", "keypoint_format")}
   box_keys = tuple(rename.get(k, k) for k in row.boxes)
   if not all(k in features for k in box_keys):
     box_keys = ()
+  point_keys = tuple(rename.get(k, k) for k in row.keypoints)
+  if not (box_keys and all(k in features for k in point_keys)):  # points belong to boxes
+    point_keys = ()
   if changes["image"] is None:
     raise ValueError(f"output of schema {name!r} declares no image feature "
                      f"{rename.get(row.image, row.image)!r}")
   return dataclasses.replace(row, schema=name, boxes=box_keys,
-                             box_format=row.box_format if box_keys else None, **changes)
+                             box_format=row.box_format if box_keys else None,
+                             keypoints=point_keys,
+                             keypoint_format=row.keypoint_format if point_keys else None,
+                             **changes)
 
 
 def _keys(view: View) -> List[str]:
   return [k for k in (view.image, view.height, view.width, view.filename, view.class_text,
-                      view.class_id, *view.boxes) if k]
+                      view.class_id, view.class_mask, *view.boxes) if k]

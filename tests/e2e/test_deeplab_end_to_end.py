@@ -228,6 +228,33 @@ def test_show_draws_each_class_in_its_colour(voc_run):
                                                      round(2 * tile["scale"])))
 
 
+def test_inspect_counts_each_class_of_a_mask_as_an_object(voc_run, capsys):
+  """`inspect` on deeplab records: an image's objects are the classes its mask holds (ignore
+  aside), each with the box around its pixels, computed here from the source PNGs."""
+  from beam_tfrecord import cli
+  voc, run = voc_run
+  assert cli.main(["inspect", run.output, "--json"]) == 0
+  doc = json.loads(capsys.readouterr().out)
+  names = {i: name for i, name in enumerate(vs.VOC_CLASSES, 1)}
+  for split, stems in {"train": ["2007_000032", "2007_000063", "2007_000250"],
+                       "val": ["2007_000039", "2007_000068"]}.items():
+    objects, bands, classes = [], {"small": 0, "medium": 0, "large": 0}, {}
+    for stem in stems:
+      source = vs.indices(voc / "SegmentationClass" / f"{stem}.png")
+      values = [int(v) for v in np.unique(source) if v not in (0, 255)]
+      objects.append(len(values))
+      for value in values:
+        ys, xs = np.nonzero(source == value)
+        area = (xs.max() + 1 - xs.min()) * (ys.max() + 1 - ys.min())
+        bands["small" if area < 32 ** 2 else "medium" if area < 96 ** 2 else "large"] += 1
+        classes[names[value]] = classes.get(names[value], 0) + 1
+    got = doc["splits"][split]
+    assert got["objects"] == sum(objects) and got["box_sizes"] == bands, split
+    assert got["objects_per_image"]["max"] == max(objects)
+    assert {c["class"]: c["objects"] for c in doc["classes"] if c["split"] == split} == classes
+  assert doc["splits"]["train"]["objects"] == 6  # 2 + 2 + 2 classes
+
+
 # ---------------------------------------------------------------------------------------------
 # Polygons: COCO (crowds as RLE), LabelMe, CVAT
 # ---------------------------------------------------------------------------------------------

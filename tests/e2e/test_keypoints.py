@@ -286,6 +286,50 @@ def test_manifest_card_and_reader_name_the_keypoints(tmp_path, capsys):
   assert "15-13" in card  # COCO's edge [16, 14], 0-based
 
 
+def test_feature_names_rename_keypoint_keys_and_show_draws_the_points(tmp_path, capsys):
+  """--feature-names renames the keypoint keys like any other: the records hold them under
+  the new names (parsed here with TensorFlow as the OD API decoder would, its keys renamed),
+  the manifest declares them, and `show` finds them there and draws each labelled point as a
+  dot of its class colour where the record puts it."""
+  from beam_tfrecord.readback import show
+  root = tmp_path / "coco"
+  images = lk.make_images(root, count=3)
+  source = lk.write_coco(root, images, "train")
+  renames = {"image/object/keypoint/x": "kp/x", "image/object/keypoint/y": "kp/y",
+             "image/object/keypoint/visibility": "kp/v"}
+  run = convert(["--input", str(source), "--images", str(root / "images"), "--output",
+                 str(tmp_path / "out"), "--feature-names",
+                 ",".join(f"{old}={new}" for old, new in renames.items())], capsys)
+  assert run.code == 0 and run.errors == [], run.stderr
+  assert {"kp/x", "kp/y", "kp/v"} <= set(run.manifest["features"])
+  assert not set(renames) & set(run.manifest["features"])
+  train = [img for img in images if img.split == "train"]
+  found = records(run.output)
+  for img in train:
+    features = found[img.name][1]
+    assert not set(renames) & set(features)
+    expected = [p for o in img.objects for p in lk.expected_points(img, o, K)]
+    np.testing.assert_allclose(features["kp/x"].float_list.value, [x for x, _, _ in expected],
+                               rtol=1e-6)
+    np.testing.assert_allclose(features["kp/y"].float_list.value, [y for _, y, _ in expected],
+                               rtol=1e-6)
+    assert list(features["kp/v"].int64_list.value) == [v for _, _, v in expected]
+
+  grid = show.show(run.output, split="train", n=len(train))
+  tiles = {t["name"]: t for t in grid.info["tiles"]}
+  person = show.box_color("person", run.manifest["label_map"])
+  checked = 0
+  for img in train:
+    tile = tiles[img.name]
+    s, ox, oy = tile["scale"], tile["x"], tile["y"]
+    for obj in img.objects:
+      for x, y, v in obj.points or ():
+        if v and y - obj.box[1] > 24 / s:  # below where the class name is written
+          assert grid.getpixel((ox + round(x * s), oy + round(y * s))) == person, (img.name, x, y)
+          checked += 1
+  assert checked >= 5
+
+
 def test_tfds_layout_with_keypoints(tmp_path, capsys):
   """--layout tfds: objects/keypoints (K, 2) as [y, x] and objects/keypoint_visibility (K,),
   declared in features.json and loaded by TensorFlow Datasets itself."""
