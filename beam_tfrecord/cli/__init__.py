@@ -9,6 +9,7 @@
   process.py         private temporary folders, SIGTERM, gc around a run
   demo.py            the demo
   read_only.py       inspect, show, verify (never import Beam)
+  library_logs.py    what TensorFlow, absl and Beam may print (nothing, unless asked)
 
 Options this tool does not know are handed to Beam as pipeline options (--runner,
 --direct_num_workers, --direct_running_mode, --project, --region, ...).
@@ -20,7 +21,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from beam_tfrecord.cli import convert_config, demo, read_only
+from beam_tfrecord.cli import convert_config, demo, library_logs, read_only
 from beam_tfrecord.cli.beam_options import check_beam_args, check_runner
 from beam_tfrecord.cli.convert import run_convert
 from beam_tfrecord.cli.demo import DEMO_MARKER, claim_demo_folder
@@ -62,7 +63,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
   if args.command not in ("convert", "demo") and beam_args:
     parser.error(f"unrecognized arguments: {' '.join(beam_args)}")
   check_beam_args(beam_args)
-  logging.getLogger("apache_beam").setLevel(logging.WARNING)
+  library_logs.configure(args.command)  # before TensorFlow is imported or Beam runs
   if args.command == "convert":
     config = convert_config.build(args)
     return run_convert(config, beam_args, argv, break_lock=args.break_lock)
