@@ -16,7 +16,7 @@ from beam_tfrecord.plan import naming
 from beam_tfrecord.prepare import splitting
 from beam_tfrecord.records.boxes import BBOX_POLICIES
 from beam_tfrecord.sources import registry
-from beam_tfrecord.storage import paths
+from beam_tfrecord.storage import files, paths
 from beam_tfrecord.storage.files import DEFAULT_MAX_IMAGE_BYTES, check_store
 from beam_tfrecord.write import images as imaging
 from beam_tfrecord.write.encode import EncodeOptions
@@ -416,9 +416,25 @@ def checked(config: ConvertConfig,
     config.validate()
   except ValueError as e:
     raise UsageError(str(e)) from None
+  check_file_kinds(config)  # before --format auto or any other check opens one
   config = resolve(config, announce)
   object.__setattr__(config, "_checked", True)  # not a field: replace() drops it
   return config
+
+
+def check_file_kinds(config: ConvertConfig) -> None:
+  """UsageError, one line, for a FIFO, socket or device named by an option (a directory
+  where a file is wanted): refused by its stat, since opening a FIFO waits for a writer."""
+  named = [("--input", paths.parse_assignment(i)[1], None) for i in config.inputs]
+  named += [("--images", paths.parse_assignment(i)[1], True) for i in config.images]
+  named += [("--output", config.output, True), ("--plan-from", config.plan_from, True),
+            ("--label-map", config.label_map, False),
+            ("--classes-file", config.classes_file, False),
+            ("--class-descriptions", config.class_descriptions, False)]
+  for option, path, folder in named:
+    problem = files.not_a_file(option, path or "", folder)
+    if problem:
+      raise UsageError(problem)
 
 
 def resolve(config: ConvertConfig,

@@ -20,6 +20,12 @@ def run(args) -> int:
 
 def _run(args) -> int:
   from beam_tfrecord.readback import verify
+  from beam_tfrecord.storage import files
+  picture = ("--plot", args.plot) if args.command == "inspect" else (
+      ("--output", args.picture) if args.command == "show" else None)
+  problem = picture and files.not_a_file(f"{args.command} {picture[0]}", picture[1] or "")
+  if problem:  # a FIFO there: opening it to write waits for a reader
+    raise UsageError(problem)
   if args.command == "inspect":
     from beam_tfrecord.readback import stats
     return stats.inspect_command(args.output, as_json=args.json, plot_path=args.plot)

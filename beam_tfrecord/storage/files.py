@@ -46,6 +46,29 @@ def open_local(path: str, follow: bool = True) -> BinaryIO:
     raise
 
 
+_SPECIAL_KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+                  (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"))
+
+
+def not_a_file(option: str, path: str, folder: Optional[bool] = False) -> Optional[str]:
+  """One line saying why `path`, named by `option`, is refused before anything opens it: a
+  FIFO, socket or device (opening a FIFO waits for a writer, and Beam's workers open inputs
+  again); with `folder` False a directory too. `folder` True: a folder is wanted (a regular
+  file there is for the caller to explain); None: a file or a folder. None when it is fine,
+  missing (said elsewhere) or remote. Only stat()ed, never opened."""
+  if not path or is_remote(path):
+    return None
+  try:
+    mode = os.stat(path).st_mode  # through links: a link to a FIFO is a FIFO
+  except (OSError, ValueError):
+    return None
+  if stat.S_ISREG(mode) or (stat.S_ISDIR(mode) and folder is not False):
+    return None
+  kind = next((name for test, name in _SPECIAL_KINDS if test(mode)),
+              "a directory" if stat.S_ISDIR(mode) else "special file")
+  return f"{option} {path} is not {'a directory' if folder else 'a regular file'} ({kind})"
+
+
 def read_text(uri: str, limit: Optional[int] = None) -> bytes:
   """A whole (annotation) file's bytes; with `limit`, at most that many: a larger file is
   an InputError ('too_large') after reading limit + 1 bytes, never the whole of it."""
