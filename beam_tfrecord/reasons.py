@@ -53,8 +53,6 @@ _ENTRIES = [
      "is not null, as in labelme) is empty or not base64"),
     ("bad_keypoint_visibility", "object", "a keypoint's visibility is not 0 (not labelled), 1 "
      "(labelled, not visible) or 2 (visible), COCO's values: the object is dropped"),
-    ("bad_polygon", "object", "a polygon has fewer than 3 points, or a point that is not x, y "
-     "(CVAT, Labelbox)"),
     ("bad_segmentation", "object", "with --include-masks, the object's segmentation (polygons "
      "or RLE) cannot be read or does not fit the image, so the object is dropped with its mask"),
     ("bad_skeleton", "warning", "a COCO category's `skeleton` is neither 1-based (COCO's) nor "
@@ -101,8 +99,8 @@ _ENTRIES = [
      "were not chosen; it is not converted"),
     ("excluded_class", "warning", "objects or labels of classes left out by --classes; "
      "counted per class in manifest.json, not listed line by line"),
-    ("group_labels_differ", "object", "the shapes of one CVAT group_id have different labels; "
-     "the group is not converted"),
+    ("group_labels_differ", "object", "the shapes of one group_id (CVAT, LabelMe) have "
+     "different labels; the group is not converted"),
     ("hidden_file", "warning", "a hidden file in a class folder was skipped"),
     ("image_too_large", "image", "the image file is larger than --max-image-bytes; it is "
      "not read"),
@@ -131,8 +129,9 @@ _ENTRIES = [
     ("malformed_points", "object", "a CVAT points attribute is not x,y;x,y;..."),
     ("malformed_row", "object", "a CSV line has the wrong number of fields, a syntax error, "
      "or is not UTF-8"),
-    ("malformed_shape", "object", "a LabelMe shape is not an object, or has no valid points "
-     "list, shape_type or group_id"),
+    ("malformed_shape", "object", "a shape cannot be read: a LabelMe shape that is not an "
+     "object or has no valid points list, shape_type or group_id; a polygon of fewer than 3 "
+     "points, or a point that is not x, y (CVAT, Labelbox, LabelMe)"),
     ("malformed_xml", "file image", "the XML cannot be parsed or its root element is wrong "
      "(a CVAT file, or the rest of it; a VOC annotation)"),
     ("missing_annotation", "image", "a VOC image id is in a chosen ImageSets/Main list but "
@@ -147,8 +146,6 @@ _ENTRIES = [
     ("missing_label", "object", "a CVAT or LabelMe shape has an empty label"),
     ("missing_segmentation", "object", "--include-masks is on but the object has no "
      "segmentation"),
-    ("mixed_group_labels", "object", "the shapes of one LabelMe group_id have different "
-     "labels; the group is not converted"),
     ("negative_label", "warning", "an Open Images row of Confidence 0 (a verified absence, not "
      "a box); the image is kept without it"),
     ("no_label", "image", "the Labelbox data row has no label in the export (not labeled "

@@ -271,6 +271,47 @@ def test_catalogue_is_well_formed():
     assert reason.meaning and "\n" not in reason.meaning and "|" not in reason.meaning, code
 
 
+# unexpected_error's stage says where the unforeseen happened (a parser, the encoder): the one
+# code made at more than one stage
+SEVERAL_STAGES = {"unexpected_error"}
+
+
+def stages(sources: Dict[str, str]) -> Dict[str, Set[str]]:
+  """{code: 'stage at module:line' for each place an ErrorRecord or InputError states both}."""
+  modules = {name: _Module(name, ast.parse(text, name)) for name, text in sources.items()}
+  found: Dict[str, Set[str]] = {}
+  for mod in modules.values():
+    for node in ast.walk(mod.tree):
+      name = _call_name(node)
+      if name not in ("ErrorRecord", "InputError"):
+        continue
+      assert isinstance(node, ast.Call)
+      reason = _arg(node, 2, "reason") if name == "ErrorRecord" else _arg(node, 1, "reason")
+      stage = _arg(node, 1, "stage") if name == "ErrorRecord" else _arg(node, 0, "stage")
+      if reason is None or stage is None or _passed_on(reason) or _passed_on(stage):
+        continue
+      try:
+        codes, said = _strings(reason, mod, modules), _strings(stage, mod, modules)
+      except _Unresolved:  # a wrapper's parameter: the wrapper states the stage
+        continue
+      for code in codes:
+        found.setdefault(code, set()).update(f"{s} at {mod.name}:{node.lineno}" for s in said)
+  return found
+
+
+def test_each_reason_has_one_stage():
+  """A reason is rejected at the same stage whichever format finds it (the stage says where,
+  the reason what: the same problem is not filed under two stages)."""
+  found = stages(package_sources())
+  assert len(found) >= 60, "the scan found too few codes: broken?"
+  several = {code: sorted(places) for code, places in found.items()
+             if code not in SEVERAL_STAGES and len({p.split()[0] for p in places}) > 1}
+  assert not several, "reasons made at more than one stage:\n" + "\n".join(
+      f"{code}: {places}" for code, places in sorted(several.items()))
+  # the near-duplicates merged into one reason each (issue 40)
+  assert not {"bad_polygon", "mixed_group_labels"} & set(reasons.CATALOGUE)
+
+
 def test_errors_doc_is_current():
   result = subprocess.run([sys.executable, "-m", "beam_tfrecord.reasons"], capture_output=True,
                           text=True, cwd=str(ROOT), check=True)

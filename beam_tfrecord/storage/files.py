@@ -380,7 +380,7 @@ def _open_beneath(uri: str, root: str, rel: str) -> int:
     os.close(base)
   real, real_root = os.path.realpath(uri), paths.real_root(root)
   if not paths.inside(real, real_root):
-    raise InputError("read", "symlink_escape",
+    raise InputError("locate", "symlink_escape",
                      f"{uri} leads through a link to {real}, outside the image root "
                      f"{real_root}; pass --follow-symlinks to accept symlinked folders")
   base = os.open(real_root, os.O_RDONLY | os.O_DIRECTORY)
@@ -392,12 +392,12 @@ def _open_beneath(uri: str, root: str, rel: str) -> int:
 
 def _open_link(uri: str, root: str) -> int:
   """The file a symlink `uri` leads to, opened, when it still lies inside `root` (as
-  paths.resolve allowed it without --follow-symlinks); InputError('read', 'symlink_escape')
+  paths.resolve allowed it without --follow-symlinks); InputError('locate', 'symlink_escape')
   otherwise. The target is opened with O_NOFOLLOW too: a link swapped for another after
   realpath fails to open rather than being followed."""
   real, real_root = os.path.realpath(uri), paths.real_root(root)
   if not paths.inside(real, real_root):
-    raise InputError("read", "symlink_escape",
+    raise InputError("locate", "symlink_escape",
                      f"{uri} is now a symlink to {real}, outside the image root "
                      f"{real_root}; pass --follow-symlinks to accept symlinked images")
   return os.open(real, _OPEN_FLAGS | _NOFOLLOW)

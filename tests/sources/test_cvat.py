@@ -90,7 +90,7 @@ def test_parse_image_boxes_polygons_groups_and_what_is_not_converted():
   got = [(e.reason, level) for e, level in image.problems]
   assert got == [("unsupported_shape", "warning")] * 4 + [
       ("missing_label", "object"), ("unknown_label", "object"), ("wrong_type", "object"),
-      ("bad_polygon", "object"), ("wrong_type", "object"), ("group_labels_differ", "object")]
+      ("malformed_shape", "object"), ("wrong_type", "object"), ("group_labels_differ", "object")]
   shapes = [e.message for e, _ in image.problems[:4]]
   for tag, message in zip(("polyline", "points", "tag", "skeleton"), shapes):
     assert message.startswith(f"<{tag}> 'cat' of image 'sub/a.jpg' in x.xml is not converted")

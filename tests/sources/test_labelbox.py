@@ -88,7 +88,7 @@ def test_objects_that_cannot_be_read_and_kinds_without_a_box():
       (1, "unsupported_shape", "warning"), (2, "unsupported_shape", "warning"),
       (3, "unsupported_shape", "warning"), (4, "missing_field", "object"),
       (5, "wrong_type", "object"), (6, "bad_bbox", "object"), (7, "missing_field", "object"),
-      (8, "bad_polygon", "object"), (9, "wrong_type", "object"), (10, "wrong_type", "object")]
+      (8, "malformed_shape", "object"), (9, "wrong_type", "object"), (10, "wrong_type", "object")]
   messages = [e.message for _, e, _ in row.problems]
   assert messages[0] == ("object 1 of e.ndjson is an ImagePoint, which has no box: only "
                          "ImageBoundingBox and ImagePolygon are converted")

@@ -104,7 +104,7 @@ def test_bad_shapes_are_object_errors_and_the_rest_is_kept():
   assert [(o.label, _box(o)) for o in objects] == [("ok", (2.0, 3.0, 4.0, 5.0))]
   assert [(level, e.reason) for level, e in problems] == (
       [("object", "malformed_shape")] * 6 + [("object", "missing_label")] +
-      [("object", "malformed_shape")] * 3 + [("object", "mixed_group_labels")])
+      [("object", "malformed_shape")] * 3 + [("object", "group_labels_differ")])
   assert "group_id 1" in problems[-1][1].message and "['x', 'y']" in problems[-1][1].message
 
 
@@ -324,7 +324,7 @@ def test_bad_files_shapes_and_images_become_error_records(small_dataset, tmp_pat
        str(root / missing.split / f"{lm_layouts.stem(missing.file_name)}.json")),
       ("unsupported_shape", "warning", extra_key, extra_src),
       ("unsupported_shape", "warning", extra_key, extra_src),
-      ("mixed_group_labels", "object", extra_key, extra_src),
+      ("group_labels_differ", "object", extra_key, extra_src),
       ("malformed_shape", "object", extra_key, extra_src)])
   messages = " ".join(e["message"] for e in run.errors_where(reason="unsupported_shape"))
   assert "'circle'" in messages and "'linestrip'" in messages and extra_src in messages

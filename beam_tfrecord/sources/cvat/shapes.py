@@ -105,7 +105,7 @@ def parse_shape(element, labels: Optional[FrozenSet[str]]) -> _Shape:
   else:
     polygon = parse_points(element.get("points"), what)
     if len(polygon) < 6:
-      raise InputError("validate", "bad_polygon",
+      raise InputError("parse", "malformed_shape",
                        f"{what} has {len(polygon) // 2} points; a polygon needs 3")
   return _Shape(int(group), label, polygon, occluded == "1")
 

@@ -88,12 +88,12 @@ def parse_object(obj: Any, include_masks: bool = False) -> Optional[ObjectAnnota
     return ObjectAnnotation(label=label, box=Box(left, top, left + width, top + height))
   points = obj.get("polygon")
   if not isinstance(points, list) or len(points) < 3:
-    raise InputError("parse", "bad_polygon", f"{kind} {label!r}: `polygon` must be a list of "
+    raise InputError("parse", "malformed_shape", f"{kind} {label!r}: `polygon` must be a list of "
                      "3 or more {x, y} points")
   flat: List[float] = []
   for i, point in enumerate(points):
     if not isinstance(point, dict) or "x" not in point or "y" not in point:
-      raise InputError("parse", "bad_polygon", f"{kind} {label!r}: point {i} is "
+      raise InputError("parse", "malformed_shape", f"{kind} {label!r}: point {i} is "
                        f"{point!r:.80}, not {{x, y}}")
     flat += [_number(point["x"], f"{kind} {label!r} point {i} x"),
              _number(point["y"], f"{kind} {label!r} point {i} y")]

@@ -102,7 +102,7 @@ def parse_shapes(shapes: Sequence[Any], include_masks: bool = False, where: str 
     labels = sorted({label for label, _, _ in members})
     if len(labels) > 1:
       problems.append(("object", InputError(
-          "validate", "mixed_group_labels",
+          "validate", "group_labels_differ",
           f"group_id {group_id} joins shapes {[i for _, _, i in members]} of different labels "
           f"{labels}: one object has one label; the group is not converted")))
       continue

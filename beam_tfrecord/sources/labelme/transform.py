@@ -88,7 +88,7 @@ class _ParseJson(beam.DoFn):
       return
     except Exception as e:  # unreadable (permissions, network): report, never kill the job
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-          source=uri, stage="parse", reason="unreadable", key=uri, level="image",
+          source=uri, stage="read", reason="unreadable", key=uri, level="image",
           message=f"{type(e).__name__}: {e}"))
       return
     name = image_name(doc)
@@ -102,7 +102,7 @@ class _ParseJson(beam.DoFn):
       key = embedded_key(rel, name, image_root is not None)
       if not isinstance(data, str) or not data:
         yield beam.pvalue.TaggedOutput("errors", InputError(
-            "parse", "bad_image_data", f"imageData is {data!r:.40}, not the image as base64"
+            "read", "bad_image_data", f"imageData is {data!r:.40}, not the image as base64"
             ).record(uri, key))
         return
       image_uri, size = uri + EMBEDDED, len(data) * 3 // 4
