@@ -11,13 +11,17 @@ Never destroy, never mix, never pretend:
   last. A kill anywhere in between leaves the journal, and `recover` rolls the swap forward
   (the run directory still holds the complete new output).
 - The tool owns only what a manifest lists plus its own `.beam-tfrecord-*` entries. Anything
-  else in the output directory is foreign: a run refuses to start rather than delete it.
+  else in the output directory is foreign: a run refuses to start rather than delete it. So
+  is a listed name that is now a link, a directory or a special file (the tool writes only
+  regular files), and locally each deletion is one unlink of a name seen to be a regular file.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
+import stat
 from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 from beam_tfrecord.errors import UsageError
@@ -64,8 +68,39 @@ def entries(output: str) -> List[str]:
 
 
 def read_json(uri: str) -> Dict:
-  with files.open_read(uri) as f:
+  """A JSON file this tool wrote (a manifest, a journal); locally never through a link in its
+  last component (OSError ELOOP), nor a FIFO or a directory (InputError not_a_file)."""
+  if paths.is_remote(uri):
+    with files.open_read(uri) as f:
+      return json.loads(f.read().decode("utf-8"))
+  with files.open_local(uri, follow=False) as f:
     return json.loads(f.read().decode("utf-8"))
+
+
+def _kind(mode: int) -> str:
+  return ("a directory" if stat.S_ISDIR(mode) else "a file" if stat.S_ISREG(mode) else
+          "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
+          "a device")
+
+
+def not_a_plain_file(path: str) -> Optional[str]:
+  """What stands at the local `path` when it is not a regular file reached without a link
+  ('a symbolic link to a directory', 'a FIFO', ...): this tool writes only regular files, so
+  it is not one it wrote. None when it is one, or missing, or remote (no links there)."""
+  if paths.is_remote(path):
+    return None
+  try:
+    mode = os.lstat(path).st_mode
+  except (FileNotFoundError, NotADirectoryError):
+    return None
+  if stat.S_ISREG(mode):
+    return None
+  if not stat.S_ISLNK(mode):
+    return _kind(mode)
+  try:  # a stat, never an open: what the link leads to is only named
+    return f"a symbolic link to {_kind(os.stat(path).st_mode)}"
+  except OSError:
+    return "a dangling symbolic link"
 
 
 def write_atomic(directory: str, name: str, data: bytes) -> None:
@@ -92,12 +127,28 @@ def read_manifest(output: str) -> Dict:
   try:
     return read_json(paths.join(output, MANIFEST))
   except Exception:
-    if files.exists(paths.join(output, JOURNAL), strict=True):
-      raise IncompleteOutput(
-          f"{output}: a run was interrupted while replacing the output; run "
-          f"`beam-tfrecord verify --repair {output}` (or the next convert) to complete it"
-      ) from None
+    if journal_exists(output):
+      raise incomplete(output) from None
     raise
+
+
+def journal_exists(output: str) -> bool:
+  """Whether the output holds a swap journal: locally anything under its name, a link too."""
+  uri = paths.join(output, JOURNAL)
+  return os.path.lexists(uri) if not paths.is_remote(uri) else files.exists(uri, strict=True)
+
+
+def incomplete(output: str) -> IncompleteOutput:
+  """What the read-back commands say while a swap journal is pending: run `verify --repair`,
+  or, when it would refuse that journal, why and what to remove (issue 40, item 7: a forged
+  journal sent users to a repair that refused it, and neither said what to do next)."""
+  refusal = journal_refusal(output)
+  if refusal:
+    return IncompleteOutput(f"{output}: a replacement is pending that cannot be completed: "
+                            f"{refusal}")
+  return IncompleteOutput(
+      f"{output}: a run was interrupted while replacing the output; run "
+      f"`beam-tfrecord verify --repair {output}` (or the next convert) to complete it")
 
 
 def files_of(manifest: Union[Manifest, Dict]) -> List[str]:
@@ -147,6 +198,11 @@ def check_ownership(output: str, overwrite: bool, inputs: Iterable[str],
     return None
   previous = None
   if MANIFEST in names:
+    odd = not_a_plain_file(paths.join(output, MANIFEST))
+    if odd:  # read through a link, it would be another directory's manifest
+      raise UsageError(f"{paths.join(output, MANIFEST)} is {odd}, not a manifest this tool "
+                       f"wrote; refusing to replace that directory. Nothing was deleted; move "
+                       f"it out of {output} or choose another --output")
     try:
       previous = read_json(paths.join(output, MANIFEST))
     except Exception as e:
@@ -161,6 +217,15 @@ def check_ownership(output: str, overwrite: bool, inputs: Iterable[str],
     raise UsageError(f"{output}/{MANIFEST} does not list its files as plain names inside "
                      f"the output ({type(e).__name__}: {e}); refusing to replace that "
                      "directory. Nothing was deleted") from None
+  # a listed file replaced by a link or a directory is not the file the run wrote: the swap
+  # would refuse it after the whole pipeline (issue 40, item 6), so refuse it before
+  odd = [f"{n} ({what})" for n in names if n in owned
+         for what in [not_a_plain_file(paths.child(output, n))] if what]
+  if odd:
+    shown = ", ".join(odd[:20]) + (f" and {len(odd) - 20} more" if len(odd) > 20 else "")
+    raise OutputNotEmpty(f"output directory {output} holds, under names its {MANIFEST} lists, "
+                         f"what this tool did not write: {shown}. Nothing was deleted; move "
+                         "them out of the output directory or choose another --output")
   input_names = {n for n in (name_inside(i, output) for i in inputs) if n}
   clash = sorted(input_names & (owned | set(writes)))
   if clash:
@@ -211,8 +276,18 @@ def _match_all(prefix: str) -> List[str]:
 
 
 def _delete_files(directory: str, names: Iterable[str]) -> None:
-  """Delete the files directory/name that exist; each name is checked (paths.child)."""
+  """Delete the files directory/name that exist; each name is checked (paths.child) and,
+  locally, is a regular file reached without a link, removed by one unlink (Beam's delete
+  globs the name and removes a directory it finds there, whole)."""
   from apache_beam.io.filesystems import FileSystems
+  if not paths.is_remote(directory):
+    for uri in (paths.child(directory, n) for n in names):
+      odd = not_a_plain_file(uri)
+      if odd:
+        raise UsageError(f"{uri} is {odd}, not a file this tool wrote; it was not deleted")
+      with contextlib.suppress(FileNotFoundError):
+        os.unlink(uri)
+    return
   present = [u for u in (paths.child(directory, n) for n in names) if FileSystems.exists(u)]
   if present:
     FileSystems.delete(present)
@@ -273,9 +348,10 @@ def commit(output: str, run_directory: str, manifest: Union[Manifest, Dict],
   _roll_forward(output, journal)
 
 
-def check_journal(journal: object) -> None:
+def check_journal(journal: object, output: Optional[str] = None) -> None:
   """UsageError unless a swap journal names a run directory of ours and only plain file names:
-  it is read back from the output (recover), where anyone can edit it."""
+  it is read back from the output (recover), where anyone can edit it. With `output` (a
+  journal read back), the message names the journal to remove."""
   try:
     if not isinstance(journal, dict):
       raise paths.UnsafeName("it is not a JSON object")
@@ -287,45 +363,55 @@ def check_journal(journal: object) -> None:
       for name in journal[key]:
         paths.plain_name(name)
   except paths.UnsafeName as e:
-    raise UsageError(f"the swap journal {JOURNAL} is not one this tool wrote ({e}); nothing "
-                     "was deleted or moved") from None
+    where = paths.join(output, JOURNAL) if output is not None else JOURNAL
+    raise UsageError(f"the swap journal {where} is not one this tool wrote ({e}); nothing "
+                     f"was deleted or moved{_remove_journal(output)}") from None
 
 
-def check_swap_entries(output: str, run_directory: str, journal: Dict) -> None:
+def _remove_journal(output: Optional[str]) -> str:
+  """The way out of a journal no run can complete (issue 40, item 7): removing it leaves the
+  output as it is, and verify then says what that is."""
+  if output is None:
+    return ""
+  return (f". Nothing can complete it: remove {paths.join(output, JOURNAL)}, then run "
+          f"`beam-tfrecord verify {output}`")
+
+
+def check_swap_entries(output: str, run_directory: str, journal: Dict,
+                       pending: bool = False) -> None:
   """Before a swap moves or deletes anything (locally): the run directory is a real directory
   of the output, not a link to another one, and every name the journal lists is, where it
   exists, a regular file reached without a link, in the output (old files) or the run
   directory (new files). UsageError (exit 2) otherwise, with nothing changed: a journal or a
-  manifest is read back from the output, where anyone can edit it (issue 30, items 1 and 7)."""
+  manifest is read back from the output, where anyone can edit it (issue 30, items 1 and 7).
+  `pending`: the journal is in the output already, and the message says what to remove."""
   if paths.is_remote(output):
     return
-  import stat as stat_
-
-  def kind(path: str) -> Optional[int]:
-    try:
-      return stat_.S_IFMT(os.lstat(path).st_mode)
-    except FileNotFoundError:
-      return None
-
-  if kind(run_directory) not in (None, stat_.S_IFDIR):
-    raise UsageError(f"the swap journal's run directory {run_directory} is a link or not a "
-                     "directory; nothing was moved or deleted")
+  odd = not_a_plain_file(run_directory)
+  if odd and odd != "a directory":
+    raise UsageError(f"the swap journal's run directory {run_directory} is {odd}, not one "
+                     "this tool made; nothing was moved or deleted"
+                     + _remove_journal(output if pending else None))
   checks = [(run_directory, n) for n in journal["files"]] + [
       (output, n) for n in journal["old_files"]] + [(output, n) for n in journal["files"]]
   for directory, name in checks:
-    found = kind(paths.child(directory, name))
-    if found not in (None, stat_.S_IFREG):
-      raise UsageError(f"{paths.child(directory, name)} is a link, a directory or another "
-                       "special file, not a file this tool wrote; nothing was moved or deleted")
+    path = paths.child(directory, name)
+    odd = not_a_plain_file(path)
+    if odd:
+      then = (f". Move it out of {directory} and run `beam-tfrecord verify --repair {output}` "
+              f"again, or, if no replacement should be pending, remove "
+              f"{paths.join(output, JOURNAL)}" if pending else "")
+      raise UsageError(f"{path} is {odd}, not a file this tool wrote; nothing was moved or "
+                       f"deleted{then}")
 
 
 def _roll_forward(output: str, journal: Dict) -> None:
   """Idempotent: each step checks what is already done, so a repeat after a kill finishes.
   Every name is checked before the first step (check_journal) and again where it is used."""
   from apache_beam.io.filesystems import FileSystems
-  check_journal(journal)
+  check_journal(journal, output)
   run_directory = paths.child(output, journal["run_dir"])
-  check_swap_entries(output, run_directory, journal)
+  check_swap_entries(output, run_directory, journal, pending=True)
   new_files = [f for f in journal["files"] if f != MANIFEST]
   if FileSystems.exists(paths.child(run_directory, MANIFEST)):
     _delete_files(output, [MANIFEST])
@@ -346,19 +432,43 @@ def _roll_forward(output: str, journal: Dict) -> None:
 
 def recover(output: str) -> Optional[str]:
   """Complete a replacement that was killed part way. Returns what was done, or None."""
-  uri = paths.join(output, JOURNAL)
-  if not files.exists(uri, strict=True):
+  journal = pending_swap(output)
+  if journal is None:
     return None
-  journal = read_json(uri)
   _roll_forward(output, journal)
-  return (f"completed the interrupted replacement by run {journal['run_id']} "
+  return (f"completed the interrupted replacement by run {journal.get('run_id')} "
           f"({len(journal['files'])} files)")
 
 
 def pending_swap(output: str) -> Optional[Dict]:
-  """The journal of an interrupted replacement, or None."""
+  """The journal of an interrupted replacement, or None. UsageError, naming the journal to
+  remove, when it is a link, a directory or not JSON: no run of ours left it so."""
   uri = paths.join(output, JOURNAL)
-  return read_json(uri) if files.exists(uri, strict=True) else None
+  if not journal_exists(output):
+    return None
+  odd = not_a_plain_file(uri)
+  if odd:
+    raise UsageError(f"the swap journal {uri} is {odd}, not one this tool wrote; nothing was "
+                     f"deleted or moved{_remove_journal(output)}")
+  try:
+    return read_json(uri)
+  except ValueError as e:  # not JSON, not UTF-8 (an OSError may pass: a store not reached)
+    raise UsageError(f"the swap journal {uri} is not one this tool wrote ({type(e).__name__}: "
+                     f"{e}); nothing was deleted or moved{_remove_journal(output)}") from None
+
+
+def journal_refusal(output: str) -> Optional[str]:
+  """Why `verify --repair` would refuse the output's pending journal, naming what to remove;
+  None when there is none or it can be rolled forward. Reads and lstats only."""
+  try:
+    journal = pending_swap(output)
+    if journal is not None:
+      check_journal(journal, output)
+      check_swap_entries(output, paths.child(output, journal["run_dir"]), journal,
+                         pending=True)
+  except UsageError as e:
+    return str(e)
+  return None
 
 
 def append_line(incremental: Dict) -> str:

@@ -1,7 +1,7 @@
 """`beam-tfrecord verify`: check an output against its manifest, one line per problem.
 
 Checks, in order: no interrupted replacement; a manifest with status ok; every listed file
-present; each shard's byte count, record framing (CRCs) and record count as the manifest says,
+present, as a regular file (a link or a directory there is named and never read); each shard's byte count, record framing (CRCs) and record count as the manifest says,
 every record parsed with TensorFlow through the manifest's feature spec; no record file the
 manifest does not list (named like TFRecords, or by the run's --shard-name-template);
 label_map.pbtxt equal to the manifest's label map.
@@ -116,10 +116,17 @@ def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lo
       done = repair_output(output, break_lock)
       if done:
         notes.append(done)
-  journal = outputs.pending_swap(output)
-  if journal is not None:
-    return 0, [f"{output}: a run ({journal['run_id']}) was interrupted while replacing the "
-               "output; `beam-tfrecord verify --repair` completes it"], notes
+  if outputs.journal_exists(output):
+    refusal = outputs.journal_refusal(output)  # a journal no repair takes: what to remove
+    if refusal:
+      return 0, [f"{output}: a replacement is pending that cannot be completed: {refusal}"], \
+          notes
+    journal = outputs.pending_swap(output)
+    return 0, [f"{output}: a run ({journal.get('run_id')}) was interrupted while replacing "
+               "the output; `beam-tfrecord verify --repair` completes it"], notes
+  odd = outputs.not_a_plain_file(paths.join(output, outputs.MANIFEST))
+  if odd:  # read through a link, it would be another output's verdict
+    return 0, [f"{outputs.MANIFEST}: {odd}, not a manifest this tool wrote (not read)"], notes
   try:
     raw = outputs.read_json(paths.join(output, outputs.MANIFEST))
   except Exception as e:
@@ -144,6 +151,13 @@ def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lo
   present = set(outputs.entries(output))
   for name in sorted(listed - present):
     problems.append(f"{name}: listed in the manifest, missing")
+  # a listed name that is now a link (to a directory, to another file) or a directory is not
+  # what the run wrote: named, and never read through (issue 40, item 6: verify said OK)
+  odd = {n: what for n in sorted(listed & present)
+         for what in [outputs.not_a_plain_file(paths.child(output, n))] if what}
+  for name, what in odd.items():
+    problems.append(f"{name}: {what}, not the file the manifest lists (not read)")
+  present -= set(odd)
   ours = template_pattern(manifest.setting("shard_name_template"))
   for name in sorted(present - listed):
     if not name.startswith(outputs.OWN_PREFIX) and (
@@ -159,7 +173,7 @@ def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lo
     for shard in entry.shards:
       name = shard.path
       if name not in present:  # listing names only: so never a path outside the output
-        if name not in listed:
+        if name not in listed and name not in odd:
           problems.append(f"{name!r}: a shard of split {split} the manifest's files omit")
         continue
       uri = paths.child(output, name)
@@ -169,7 +183,7 @@ def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lo
       count, found = _check_shard(uri, name, spec, shard.examples)
       total += count
       problems.extend(found)
-  problems.extend(check_indexes(output, manifest, present))
+  problems.extend(check_indexes(output, manifest, present, skip=odd))
   if outputs.LABEL_MAP in listed and outputs.LABEL_MAP in present:
     try:
       from beam_tfrecord import \
@@ -183,11 +197,12 @@ def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lo
   return total, problems, notes
 
 
-def check_indexes(output: str, manifest, present) -> List[str]:
+def check_indexes(output: str, manifest, present, skip=()) -> List[str]:
   """Each shard index (--plan-from, --incremental, --append) against its shard: its entries
   cover the file end to end, and each image's byte range holds as many whole framed records
   as it lists, with the digest it lists (indexes since --append). The next run trusts none of
-  this (it checks every range it copies); verify says where an index went wrong."""
+  this (it checks every range it copies); verify says where an index went wrong. Names in
+  `skip` (links, directories: reported already) are not read."""
   from beam_tfrecord.write import shard_index
   problems: List[str] = []
   for split, plan in (manifest.shard_plan or {}).items():
@@ -196,6 +211,8 @@ def check_indexes(output: str, manifest, present) -> List[str]:
     if not names or len(names) != len(shards):
       continue
     for shard, name in zip(shards, names):
+      if name in skip or shard.path in skip:  # named already, and not read through
+        continue
       if name not in present or shard.path not in present:
         problems.append(f"{name}: the index of {shard.path} is missing")
         continue

@@ -167,6 +167,111 @@ def test_inputs_inside_the_output_survive_overwrite(tmp_path, capsys):
   assert "data" not in manifest["files"]
 
 
+
+def _listed(out: str, which: str) -> str:
+  """The name under which the output's manifest lists `which` (a shard, the errors file...)."""
+  manifest = outputs.read_manifest(out)
+  name = {"shard": lambda: manifest["splits"]["train"]["shards"][0]["path"],
+          "errors": lambda: manifest["errors"]["files"][0]}.get(which, lambda: which)()
+  assert name in manifest["files"], (name, manifest["files"])
+  return name
+
+
+@pytest.mark.parametrize("target", ["directory", "file"])
+@pytest.mark.parametrize("which", ["shard", "label_map.pbtxt", "README.md", "errors",
+                                   "manifest.json"])
+def test_a_listed_file_replaced_by_a_link_is_refused_before_running(data, good_copy, tmp_path,
+                                                                   capsys, which, target):
+  """Issue 40, item 6: a file the manifest lists, replaced by a symlink to a directory, gave
+  Beam's 15-line traceback and exit 1 after the whole pipeline, and verify said OK. Refused
+  before running (exit 2, one line naming it), what the link leads to is untouched, and
+  verify names it without reading through it."""
+  name = _listed(good_copy, which)
+  elsewhere = tmp_path / "elsewhere"
+  if target == "directory":
+    elsewhere.mkdir()
+    (elsewhere / "precious.txt").write_text("keep me")
+  else:
+    elsewhere.write_text("keep me")
+  os.remove(os.path.join(good_copy, name))
+  os.symlink(elsewhere, os.path.join(good_copy, name))
+  before, outside = tree(good_copy), tree(str(tmp_path))
+  code, err = run(args(data["b"], good_copy, "--overwrite"), capsys)
+  assert code == 2, err
+  line = one_line(err)
+  assert name in line and f"a symbolic link to a {target}" in line and "Nothing was deleted" \
+      in line, line
+  assert tree(good_copy) == before  # no run directory: the pipeline never ran
+  assert tree(str(tmp_path)) == outside
+  capsys.readouterr()
+  assert cli.main(["verify", good_copy]) == 1
+  out = capsys.readouterr().out
+  assert f"{name}: a symbolic link to a {target}, not " in out and out.strip().endswith(
+      "FAILED"), out
+  assert "Traceback" not in out
+
+
+# A hand-edited journal whose run directory is a link to another folder, one naming a path,
+# one that is no JSON, one that is a link: no repair completes them (issue 30, items 1, 7).
+FORGED_JOURNALS = {
+    "run_dir_link": {"run_id": "x", "run_dir": ".beam-tfrecord-run-evil",
+                     "files": ["manifest.json"], "old_files": ["README.md"]},
+    "path_in_files": {"run_id": "x", "run_dir": ".beam-tfrecord-run-evil",
+                      "files": ["../x"], "old_files": []},
+    "not_json": "{run_id",
+    "journal_link": None,
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGED_JOURNALS))
+def test_a_forged_swap_journal_names_the_file_to_remove(data, good_copy, tmp_path, capsys,
+                                                        forgery):
+  """Issue 40, item 7: inspect sent users to `verify --repair`, which refused the journal
+  ("is a link or not a directory"), and neither said what to do next. Every command names
+  the journal to remove, by its full path; once it is removed the output verifies."""
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  (elsewhere / "manifest.json").write_text("{}")
+  journal = os.path.join(good_copy, outputs.JOURNAL)
+  forged = FORGED_JOURNALS[forgery]
+  if forgery == "run_dir_link":
+    os.symlink(elsewhere, os.path.join(good_copy, forged["run_dir"]))
+  if forgery == "journal_link":
+    os.symlink(elsewhere / "manifest.json", journal)
+  else:
+    with open(journal, "w") as f:
+      f.write(forged if isinstance(forged, str) else json.dumps(forged))
+  before, outside = published(good_copy), tree(str(elsewhere))
+  remove = f"remove {journal}, then run `beam-tfrecord verify {good_copy}`"
+  for argv in (["inspect", good_copy], ["show", good_copy, "--output",
+                                        str(tmp_path / "grid.png")],
+               ["verify", "--repair", good_copy], args(data["b"], good_copy, "--overwrite")):
+    code, err = run(argv, capsys)
+    assert code == 2 and remove in one_line(err), (argv, err)
+  assert cli.main(["verify", good_copy]) == 1
+  out = capsys.readouterr().out
+  assert remove in out and out.strip().endswith("FAILED"), out
+  assert published(good_copy) == before and tree(str(elsewhere)) == outside
+  os.remove(journal)  # as told
+  assert_is_a(good_copy, data)
+
+
+def test_an_input_inside_the_output_survives_a_listed_name_that_globs(data, good_copy,
+                                                                     capsys):
+  """A manifest listing '*' (a plain name) next to a file of that name: --overwrite deleted
+  the old files through Beam's delete, which reads a name as a glob, and so removed the label
+  map given as an input inside the output too. Each old file is now one unlink."""
+  label_map = os.path.join(good_copy, "labels.pbtxt")
+  shutil.copy(os.path.join(good_copy, "label_map.pbtxt"), label_map)
+  with open(os.path.join(good_copy, "*"), "wb") as f:
+    f.write(b"listed")
+  _edit_manifest(good_copy, lambda m: m["files"].append("*"))
+  code, err = run(args(data["b"], good_copy, "--overwrite", "--label-map", label_map), capsys)
+  assert code == 0, err
+  assert os.path.exists(label_map) and not os.path.exists(os.path.join(good_copy, "*"))
+  assert cli.main(["verify", good_copy]) == 0
+
+
 # --- replace, don't destroy ----------------------------------------------------------------
 
 def test_a_mistyped_input_leaves_the_output_alone(data, good_copy, capsys):

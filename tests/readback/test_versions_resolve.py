@@ -212,7 +212,9 @@ def test_verify_repair_on_dest_changes_nothing(versioned, capsys):
 def test_verify_repair_on_dest_repairs_a_version_with_a_journal(tmp_path, monkeypatch, capsys):
   dest = make_versioned(tmp_path / "dest", hand_made(tmp_path / "od"))
   version = dest / V1
-  (version / layout.JOURNAL).write_text(json.dumps({"run_id": "r1"}))
+  # a journal as a run writes it (one naming no run directory is refused as forged)
+  (version / layout.JOURNAL).write_text(json.dumps({
+      "run_id": "r1", "run_dir": f"{layout.RUN_PREFIX}r1", "files": [], "old_files": []}))
   # without --repair: the pending replacement is the problem reported
   assert cli.main(["verify", str(dest)]) == 1
   out = capsys.readouterr().out
