@@ -110,6 +110,7 @@ class ConvertConfig:
   append: bool = setting(RUNTIME, False)   # a versioned output: DEST/versions/<V>, DEST/LATEST
   compact: bool = setting(RUNTIME, False)  # --append: a full version with a fresh plan
   keep: int = setting(RUNTIME, 0)          # --append: versions kept (0: all)
+  retain_hours: float = setting(RUNTIME, 24.0)  # --keep spares versions LATEST this recently
 
   def settings(self, *kinds: str) -> Dict[str, Any]:
     """{field: value as given} of the fields of these kinds (all when none is named)."""
@@ -252,6 +253,8 @@ class ConvertConfig:
       raise ValueError("--compact and --keep go with --append")
     if self.keep < 0:
       raise ValueError("--keep must be 0 (keep every version) or more")
+    if not 0 <= self.retain_hours < float("inf"):  # NaN fails too
+      raise ValueError("--retain-hours must be 0 or more hours")
     if self.append and (self.sink != "shards" or self.overwrite):
       raise ValueError("--append needs --sink shards and makes versions: no --overwrite")
     if self.append and self.source_fingerprint is not None and \

@@ -120,7 +120,7 @@ def emulator():
     proxy = LatencyProxy(port)
     proxy.start()
     os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{proxy.port}"
-    os.environ["NO_GCE_CHECK"] = "True"
+    os.environ["NO_GCE_CHECK"] = "true"
     from apache_beam.internal.gcp import auth
     auth._Credentials._credentials_init = True  # anonymous: no ~36 s of auth retries
     auth._Credentials._credentials = None

@@ -42,7 +42,7 @@ def running(bucket: str) -> Iterator[str]:
   mp = pytest.MonkeyPatch()
   from apache_beam.internal.gcp import auth
   mp.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-  mp.setenv("NO_GCE_CHECK", "True")
+  mp.setenv("NO_GCE_CHECK", "true")
   mp.setattr(auth._Credentials, "_credentials_init", True)
   mp.setattr(auth._Credentials, "_credentials", None)
   try:

@@ -47,7 +47,8 @@ def test_the_tags_are_the_classification_the_consumers_had():
       "records_per_shard", "sink"}
   assert set(configs.names_of(RUNTIME)) == {
       "output", "overwrite", "source_fingerprint", "writer_processes", "plan_from",
-      "incremental", "tfds_root", "append", "compact", "keep"}
+      "incremental", "tfds_root", "append", "compact", "keep",
+      "retain_hours"}
   assert set(configs.names_of(INPUTS)) == {
       "inputs", "images", "split", "num_shards", "shard_size_mb", "max_error_rate", "image_sets"}
 

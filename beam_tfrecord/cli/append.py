@@ -48,6 +48,36 @@ def compaction_reason(manifest) -> str:
   return ""
 
 
+# the settings that size shards, as their options: an append keeps the earlier plan's sizes
+SIZING = {"num_shards": "--num-shards", "shard_size_mb": "--shard-size-mb",
+          "records_per_shard": "--records-per-shard"}
+
+
+def sizing_changes(config: ConvertConfig, before: dict) -> str:
+  """'' or the sizing options whose value differs from the earlier version's, with both."""
+  def shown(value):
+    return "not given" if value is None else f"{value:g}" if isinstance(value, float) \
+        else str(value)
+  return ", ".join(f"{option} {shown(before.get(field))} -> {shown(getattr(config, field))}"
+                   for field, option in SIZING.items()
+                   if getattr(config, field) != before.get(field))
+
+
+def oversized_delta(manifest) -> str:
+  """'' or why a new delta shard is too large: it holds more than REBALANCE_FACTOR times the
+  images the split's shards were planned for. The plan estimates the images added from the
+  counts (more images than before); when as many went as came, that estimate is low."""
+  from beam_tfrecord.plan.shard_plan import REBALANCE_FACTOR
+  largest = (manifest.incremental or {}).get("largest_delta") or 0
+  for split, entry in sorted((manifest.shard_plan or {}).items()):
+    planned = sorted(entry.get("planned") or [])
+    target = planned[len(planned) // 2] if planned else 0
+    if target and largest > REBALANCE_FACTOR * target:
+      return (f"a new delta shard of split {split!r} would hold {largest:,} images, "
+              f"planned for {target:,}")
+  return ""
+
+
 def decide(config: ConvertConfig, dest: str, latest: Optional[int]
            ) -> Tuple[Optional[str], str, object]:
   """(the earlier version to append to or None, why a full version when None, its manifest)."""
@@ -71,6 +101,9 @@ def decide(config: ConvertConfig, dest: str, latest: Optional[int]
   changed = previous_output.changed_settings(config.record_settings(), previous)
   if changed:
     return None, f"settings that shape records changed: {', '.join(changed)}", manifest
+  sizing = sizing_changes(config, previous.settings)
+  if sizing:  # appends keep the earlier plan: the new size takes a fresh one
+    return None, f"the shard size changed ({sizing})", manifest
   reason = compaction_reason(manifest)
   if reason:
     return None, f"compaction: {reason}", manifest
@@ -82,11 +115,11 @@ def run_append(config: ConvertConfig, beam_args, argv, break_lock: bool = False)
   from beam_tfrecord.finalize import lock as locks
   from beam_tfrecord.finalize import output as outputs
   from beam_tfrecord.finalize import publish
+  from beam_tfrecord.sources import registry
   dest = config.output
   local = not paths.is_remote(dest)
-  if outputs.MANIFEST in outputs.entries(dest):
-    raise UsageError(f"--append: {dest} holds an ordinary output (manifest.json); a versioned "
-                     "output needs a directory of its own (DEST/versions/, DEST/LATEST)")
+  check_destination(dest)
+  registry.check(config)  # the pre-run input checks of a plain convert
   if local:
     os.makedirs(dest, exist_ok=True)
   start = time.monotonic()
@@ -111,18 +144,23 @@ def run_append(config: ConvertConfig, beam_args, argv, break_lock: bool = False)
     if base_manifest is not None and not config.compact and \
         fingerprint.same(current, base_manifest.source_fingerprint):
       print(f"unchanged: the sources equal version {versions.version_name(latest)}'s "
-            f"({current['files']:,} files); nothing published ({time.monotonic() - start:.1f} s)")
+            f"({current['files']:,} files); nothing published ({time.monotonic() - start:.1f} s)"
+            + _retired(dest, config, latest))
       return EXIT_OK
     number = max(versions.numbers(dest) + [latest or 0]) + 1
     run = dataclasses.replace(config, plan_from=base, incremental=base is not None,
                               source_fingerprint=current)
     code, manifest = _convert(run, beam_args, argv, run_id)
+    if code == EXIT_OK and base is not None:
+      why = oversized_delta(manifest)
+      if why:
+        code, manifest = "fallback", why
     if code == "fallback":  # the append did not add up (a damaged earlier version): in full
       print(f"beam-tfrecord: warning: {manifest}; making a full version instead",
             file=sys.stderr)
       outputs.remove_leftovers(dest, keep=[outputs.LOCK])
       run = dataclasses.replace(run, plan_from=None, incremental=False)
-      reason = manifest
+      base, reason = None, manifest
       code, manifest = _convert(run, beam_args, argv, run_id)
     if code != EXIT_OK or manifest is None:
       return code
@@ -131,7 +169,8 @@ def run_append(config: ConvertConfig, beam_args, argv, break_lock: bool = False)
     if base is not None and publish.nothing_changed(incremental):
       outputs.remove_leftovers(dest, keep=[outputs.LOCK])
       print(f"unchanged: no image or annotation changed since version "
-            f"{versions.version_name(latest)} (the source files did); nothing published")
+            f"{versions.version_name(latest)} (the source files did); nothing published"
+            + _retired(dest, config, latest))
       return EXIT_OK
     publish.tidy(run_directory)
     kept = [s.path for split in manifest.splits.values() for s in split.shards
@@ -148,7 +187,7 @@ def run_append(config: ConvertConfig, beam_args, argv, break_lock: bool = False)
       outputs.remove_leftovers(dest, keep=[outputs.LOCK])
       print(f"beam-tfrecord: {e}; this run published nothing", file=sys.stderr)
       return EXIT_FAILED
-    retired = publish.retire(dest, config.keep, number) if config.keep else []
+    retired = _retire(dest, config, number)
   print(outputs.summary(manifest, target, time.monotonic() - start))
   if base is None:
     print(f"  full version: {reason}")
@@ -158,6 +197,40 @@ def run_append(config: ConvertConfig, beam_args, argv, break_lock: bool = False)
     line += f"; retired {', '.join(versions.version_name(n) for n in retired)}"
   print(line)
   return EXIT_OK
+
+
+def check_destination(dest: str) -> None:
+  """UsageError (one line, before anything is created) unless DEST is missing, empty or a
+  versioned output: only LATEST, versions/ and our own hidden names. A directory of anything
+  else (`--append --output ~/`) is not ours to hold versions in, as a plain convert refuses."""
+  from beam_tfrecord.finalize import output as outputs
+  from beam_tfrecord.storage.layout import OWN_PREFIX
+  names = outputs.entries(dest)
+  if outputs.MANIFEST in names:
+    raise UsageError(f"--append: {dest} holds an ordinary output (manifest.json); a versioned "
+                     "output needs a directory of its own (DEST/versions/, DEST/LATEST)")
+  foreign = [n for n in names if n not in (versions.LATEST, versions.VERSIONS)
+             and not n.startswith(OWN_PREFIX)]
+  if foreign:
+    shown = ", ".join(foreign[:10]) + (f" and {len(foreign) - 10} more"
+                                       if len(foreign) > 10 else "")
+    raise UsageError(f"--append: {dest} holds files this tool did not write ({shown}); a "
+                     "versioned output needs a directory of its own. Nothing was changed")
+
+
+def _retire(dest: str, config: ConvertConfig, latest: int) -> list:
+  """--keep: the versions publish.retire deleted (none without --keep)."""
+  from beam_tfrecord.finalize import publish
+  if not config.keep:
+    return []
+  return publish.retire(dest, config.keep, latest, config.retain_hours * 3600)
+
+
+def _retired(dest: str, config: ConvertConfig, latest: int) -> str:
+  """--keep on a run that publishes nothing: retention still applies (a lowered K takes
+  effect); '' or the line's tail naming what went."""
+  gone = _retire(dest, config, latest)
+  return f"; retired {', '.join(versions.version_name(n) for n in gone)}" if gone else ""
 
 
 def _is_kept(name: str, run_directory: str, base: Optional[str]) -> bool:
@@ -192,6 +265,13 @@ def _convert(config: ConvertConfig, beam_args, argv, run_id: str):
     print("beam-tfrecord: the pipeline finished without writing its manifest; LATEST is "
           "unchanged", file=sys.stderr)
     return EXIT_FAILED, None
+  damaged = manifest.errors.by_reason.get("earlier_index_damaged", 0) if config.plan_from \
+      else 0
+  if damaged and manifest.outcome in ("ok", "lost_records"):
+    # which images were a damaged index's cannot be told: they would be counted as added
+    return "fallback", (f"{damaged} shard index{'es' * (damaged != 1)} of the earlier "
+                        "version cannot be read or differ from what it recorded "
+                        "(earlier_index_damaged)")
   if manifest.outcome == "lost_records" and config.plan_from:
     return "fallback", f"the append's counts do not add up ({manifest.status})"
   if manifest.outcome != "ok":

@@ -8,6 +8,7 @@ import dataclasses
 
 from beam_tfrecord import config as config_mod
 from beam_tfrecord.config import ConvertConfig
+from beam_tfrecord.storage import paths
 
 
 def build(args: argparse.Namespace) -> ConvertConfig:
@@ -26,6 +27,13 @@ def _config(args: argparse.Namespace) -> ConvertConfig:
             if hasattr(args, f.name)}
   if args.strict:
     values["max_error_rate"] = 0.0
+  # paths typed relative or absolute name the same files: compared across runs (image
+  # identities, settings, fingerprints), they must be spelled one way
+  for name in ("inputs", "images"):
+    values[name] = [paths.absolute_assignment(v) for v in values.get(name) or ()]
+  for name in ("label_map", "classes_file", "class_descriptions"):
+    if values.get(name):
+      values[name] = paths.absolute(values[name])
   return ConvertConfig(**values)
 
 

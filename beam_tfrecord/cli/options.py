@@ -293,7 +293,17 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   add(parser, "--keep", type=int, default=0, metavar="K",
                       help="with --append: keep the newest K versions (always the one LATEST "
                       "names) and delete older ones; a file is deleted only when no kept "
-                      "version uses it (default 0: keep every version)")
+                      "version uses it (default 0: keep every version). A version that was "
+                      "LATEST less than --retain-hours ago is kept too. Applied on every run, "
+                      "also when nothing changed, so a lowered K takes effect. Removing a "
+                      "version's links changes its shards' change time: the next run then "
+                      "checks the CRCs of the shards it keeps")
+  add(parser, "--retain-hours", type=float, default=24.0, metavar="H",
+                      help="with --keep: never delete a version that was LATEST less than H "
+                      "hours ago (default 24): a reader (reader.load, a training job) that "
+                      "opened LATEST before a newer version was published keeps reading the "
+                      "files it resolved, as Delta Lake's VACUUM spares recent files. 0 "
+                      "deletes at once")
   add(parser, "--if-changed", action="store_true",
                       help="for scheduled runs: skip (exit 0) when the sources (annotation files, "
                       "image listing: names, sizes, modification times) and settings equal the "

@@ -114,8 +114,12 @@ def outcome_of(totals: Mapping[str, int], levels: Mapping[str, int], rate: float
                           "with --max-error-rate")
   if limit is not None and rate > limit:
     rejected = sum(n for level, n in levels.items() if level != "warning")
+    copies = levels.get("copies", 0)  # written, but weighed as rejections (write/contents)
+    counted = (f"{rejected} rejected inputs, {copies} of them extra copies of images "
+               "(leaked_across_splits, duplicate_content)" if copies else
+               f"{rejected} rejected inputs")
     return "error_rate", (f"failed: error rate {rate:.4g} exceeds --max-error-rate {limit:g} "
-                          f"({rejected} rejected inputs, see errors-*.jsonl)")
+                          f"({counted}; see errors-*.jsonl)")
   return "ok", "ok"
 
 

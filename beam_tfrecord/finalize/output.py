@@ -275,7 +275,7 @@ def _match_all(prefix: str) -> List[str]:
     return []
 
 
-def _delete_files(directory: str, names: Iterable[str]) -> None:
+def delete_files(directory: str, names: Iterable[str]) -> None:
   """Delete the files directory/name that exist; each name is checked (paths.child) and,
   locally, is a regular file reached without a link, removed by one unlink (Beam's delete
   globs the name and removes a directory it finds there, whole)."""
@@ -414,9 +414,9 @@ def _roll_forward(output: str, journal: Dict) -> None:
   check_swap_entries(output, run_directory, journal, pending=True)
   new_files = [f for f in journal["files"] if f != MANIFEST]
   if FileSystems.exists(paths.child(run_directory, MANIFEST)):
-    _delete_files(output, [MANIFEST])
+    delete_files(output, [MANIFEST])
     kill_point("swap-old-manifest")
-    _delete_files(output, [f for f in journal["old_files"] if f not in journal["files"]])
+    delete_files(output, [f for f in journal["old_files"] if f not in journal["files"]])
     kill_point("swap-old-files")
     for i, name in enumerate(new_files):
       src = paths.child(run_directory, name)
@@ -427,7 +427,7 @@ def _roll_forward(output: str, journal: Dict) -> None:
     FileSystems.rename([paths.child(run_directory, MANIFEST)], [paths.child(output, MANIFEST)])
     kill_point("swap-manifest")
   _delete_tree(run_directory)
-  _delete_files(output, [JOURNAL])
+  delete_files(output, [JOURNAL])
 
 
 def recover(output: str) -> Optional[str]:

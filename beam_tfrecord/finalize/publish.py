@@ -78,14 +78,16 @@ def append_summary(incremental: Dict, stats: Sequence[Dict]) -> Dict:
   images = {k: sum(s.get(k, 0) for s in shards) for k in ("added", "changed", "removed")}
   images["kept"] = sum(s.get("unchanged", 0) for s in shards)
   kept = sum(1 for s in shards if s.get("kept_from"))
-  delta = sum(1 for s in shards if s.get("delta") and not s.get("kept_from"))
+  delta = sum(1 for s in shards if s.get("new") and not s.get("kept_from"))
   return {"previous": previous.directory if previous is not None else None,
           "mode": "append", "reason": incremental.get("reason") or "",
           "images": images,
           "shards": {"total": len(shards), "delta_written": delta,
                      "rewritten": len(shards) - kept - delta, "kept": kept},
           "reused_images": sum(s.get("reused", 0) for s in shards),
-          "damaged": sum(s.get("damaged", 0) for s in shards)}
+          "damaged": sum(s.get("damaged", 0) for s in shards),
+          "largest_delta": max((s["images"] + s["rejected"] for s in shards
+                                if s.get("new") and not s.get("kept_from")), default=0)}
 
 
 def nothing_changed(incremental: Optional[Dict]) -> bool:
@@ -103,15 +105,26 @@ def shard_and_index_files(manifest: Manifest) -> List[str]:
   return names
 
 
-def make_read_only(run_directory: str, manifest: Manifest) -> None:
-  """Shards and indexes read-only (locally): versions share them as hard links."""
+def seal(run_directory: str, stats: Sequence[Dict]) -> Dict[str, str]:
+  """A version's shards and indexes made read-only (locally: versions share them as hard
+  links, and read-only stops all but root), then each shard's stamp taken
+  (shard_index.file_stamp), {shard name: stamp}: the manifest records them, and the next
+  run keeps a shard unread only while its stamp is the same. Empty on object stores."""
   if paths.is_remote(run_directory):
-    return
-  for name in shard_and_index_files(manifest):
-    path = paths.child(run_directory, name)
-    st = os.lstat(path)
-    if stat.S_ISREG(st.st_mode):
-      os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o222)
+    return {}
+  stamps = {}
+  for s in stats:
+    if s.get("shard") is None or s.get("empty"):
+      continue
+    for name in (s["path"], s.get("index")):
+      if not name:
+        continue
+      path = paths.child(run_directory, name)
+      st = os.lstat(path)
+      if stat.S_ISREG(st.st_mode):
+        os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o222)
+    stamps[s["path"]] = shard_index.file_stamp(paths.child(run_directory, s["path"]))
+  return stamps
 
 
 def tidy(run_directory: str) -> None:
@@ -239,8 +252,6 @@ def delete_version(dest: str, number: int) -> bool:
   too when nothing else is left in it. Another version's hard links keep their data; gs://
   versions hold their own copies. False when it cannot be told what is ours (no readable
   manifest: left as it is)."""
-  from apache_beam.io.filesystems import FileSystems
-
   from beam_tfrecord.finalize import output as outputs
   directory = versions.version_dir(dest, number)
   try:
@@ -249,11 +260,11 @@ def delete_version(dest: str, number: int) -> bool:
   except Exception:
     return False
   names.discard(MANIFEST)
-  present = [u for u in (paths.child(directory, n) for n in sorted(names))
-             if FileSystems.exists(u)]
-  if present:
-    FileSystems.delete(present)
-  FileSystems.delete([paths.child(directory, MANIFEST)])
+  if not paths.is_remote(directory):  # a link or folder put in a listed file's place: not ours
+    names = {n for n in names if not outputs.not_a_plain_file(paths.child(directory, n))}
+  # one unlink per checked file (Beam's delete would read a listed `*` as a glob)
+  outputs.delete_files(directory, sorted(names))
+  outputs.delete_files(directory, [MANIFEST])
   if not paths.is_remote(directory):
     try:
       os.rmdir(directory)
@@ -262,18 +273,44 @@ def delete_version(dest: str, number: int) -> bool:
   return True
 
 
-def retire(dest: str, keep: int, latest: int) -> List[int]:
-  """--keep K: delete the versions but the newest K published ones and LATEST's. Called
-  with the output lock held, once `latest` is published (versions never published are
-  remove_unpublished's). Returns the numbers deleted."""
+def retire(dest: str, keep: int, latest: int, retain_seconds: float = 0.0,
+           now: Optional[float] = None) -> List[int]:
+  """--keep K: delete the versions but the newest K published ones and LATEST's, and but
+  those that were LATEST less than `retain_seconds` ago (--retain-hours): a reader that
+  resolved LATEST before a newer version was published may still be reading one, as Delta
+  Lake's VACUUM spares files younger than its retention period. A version stopped being
+  LATEST when the next published one was made (its manifest's `created`); when that cannot
+  be read, the version is kept. Called with the output lock held, once `latest` is
+  published (versions never published are remove_unpublished's). Returns those deleted."""
+  import time
+  now = time.time() if now is None else now
   deleted = []
   published = [n for n in versions.numbers(dest) if n <= latest]
   kept = set(published[-keep:]) if keep else set(published)
   kept.add(latest)
-  for n in versions.numbers(dest):
-    if n not in kept and delete_version(dest, n):
+  for i, n in enumerate(published):
+    if n in kept:
+      continue
+    if retain_seconds > 0:
+      superseded = _created(dest, published[i + 1])
+      if superseded is None or now - superseded < retain_seconds:
+        continue
+    if delete_version(dest, n):
       deleted.append(n)
   return deleted
+
+
+def _created(dest: str, number: int) -> Optional[float]:
+  """When version `number` was made (its manifest's `created`, as a POSIX time), None when
+  that cannot be read as one."""
+  import datetime
+
+  from beam_tfrecord.finalize import output as outputs
+  try:
+    created = outputs.load_manifest(versions.version_dir(dest, number)).created
+    return datetime.datetime.fromisoformat(created).timestamp()
+  except Exception:
+    return None
 
 
 def remove_unpublished(dest: str, latest: Optional[int]) -> List[int]:

@@ -69,7 +69,11 @@ class Finalize(beam.DoFn):
     if self.config.append:  # shards in final order, none empty (publish.py names them)
       stats = publish.name_segments(stats, self.config.shard_name_template)
       publish.rename_indexes(run_directory, stats)
-    _share_kept(run_directory, stats)
+    # an --append that changed nothing is not published: linking its kept shards (and
+    # removing the links) would only move their change time, the stamp the next run checks
+    if not (self.config.append and self.incremental is not None and
+            publish.nothing_changed(publish.append_summary(self.incremental, stats))):
+      _share_kept(run_directory, stats)
     _name_shards(run_directory, stats)
     outputs.write_atomic(run_directory, LABEL_MAP,
                          label_maps.to_text(label_map).encode())
@@ -98,6 +102,9 @@ class Finalize(beam.DoFn):
     if outcome == "ok" and not locks.held_by(self.config.output, self.run_id):
       outcome, status = "lock_lost", ("failed: another run took over the output lock "
                                       "(--break-lock) while this one ran")
+    # --append: the version's files made read-only, then stamped for the next run's checks
+    stamps = (publish.seal(run_directory, stats) if self.config.append and outcome == "ok"
+              else None)
     files = sorted({n for n in outputs.entries(run_directory) if not n.startswith(".")
                     and not n.startswith("beam-temp")} | {card.NAME, MANIFEST})
     manifest = Manifest(
@@ -111,7 +118,8 @@ class Finalize(beam.DoFn):
         label_map=dict(sorted(label_map.items(), key=lambda kv: kv[1])),
         keypoints=layout.to_json() if layout is not None else None,
         # where each shard begins: what --plan-from and --incremental read (plan/previous.py)
-        shard_plan=plan_record(plan, stats) if self.config.sink == "shards" else None,
+        shard_plan=(plan_record(plan, stats, stamps) if self.config.sink == "shards"
+                    else None),
         incremental=(publish.append_summary(self.incremental, stats)
                      if self.config.append and self.incremental is not None else
                      incremental_summary(self.incremental, plan, stats, label_map)
@@ -128,10 +136,8 @@ class Finalize(beam.DoFn):
     # the bytes --append's publish claims a version with on gs:// (publish.manifest_json)
     outputs.write_atomic(run_directory, MANIFEST, publish.manifest_json(manifest))
     outputs.kill_point("finalize")
-    if self.config.append:  # the launcher checks the version and publishes it (publish.py)
-      if outcome == "ok":
-        publish.make_read_only(run_directory, manifest)
-    elif outcome == "ok":
+    # --append: the launcher checks the version and publishes it (publish.py)
+    if outcome == "ok" and not self.config.append:
       protected = [n for n in (outputs.name_inside(p, self.config.output)
                                for p in self.config.input_paths()) if n]
       outputs.commit(self.config.output, run_directory, manifest, protected)

@@ -32,6 +32,17 @@ class Previous:
   label_map: Dict[str, int]
   settings: Dict[str, Any]                    # its config, as the manifest records it
   images: Dict[str, int]                      # images per split
+  # what each shard file and index was when its version was made ('' where not recorded):
+  # the file's stamp (shard_stamp) and the index's digest (shard_index.file_digest)
+  stamps: Dict[str, Tuple[str, ...]] = dataclasses.field(default_factory=dict)
+  index_digests: Dict[str, Tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+  def recorded(self, split: str, shard: int) -> Tuple[str, str]:
+    """(the shard file's stamp, its index's digest) as its version recorded them, '' each
+    where it did not (an older version): a file that differs is checked before any use."""
+    stamps, digests = self.stamps.get(split, ()), self.index_digests.get(split, ())
+    return (stamps[shard] if shard < len(stamps) else "",
+            digests[shard] if shard < len(digests) else "")
 
   def shard(self, split: str, shard: int) -> Optional[Tuple[str, str]]:
     """(shard file uri, index uri) of one shard, None when it has no index to compare with."""
@@ -77,7 +88,7 @@ def from_manifest(directory: str, manifest: Union[Manifest, Mapping[str, Any]],
     plan = manifest.shard_plan
     if not isinstance(plan, dict):
       raise ValueError("it has no shard_plan (written by an older version)")
-    splits, shards, indexes, images = {}, {}, {}, {}
+    splits, shards, indexes, images, stamps, digests = {}, {}, {}, {}, {}, {}
     for split, entry in plan.items():
       bounds = tuple(decode_bound(b) for b in entry["bounds"])
       planned = tuple(int(n) for n in entry["planned"])
@@ -93,8 +104,12 @@ def from_manifest(directory: str, manifest: Union[Manifest, Mapping[str, Any]],
       for name in files + index_names:
         paths.child(directory, name)  # a name that would leave the directory: refused
       info = manifest.splits[split]
+      deltas = _per_file(entry.get("delta"), len(files), bool, "delta")
       splits[split] = PreviousSplit(bounds, planned, segments,
-                                    int(info.images) + int(getattr(info, "rejected", 0) or 0))
+                                    int(info.images) + int(getattr(info, "rejected", 0) or 0),
+                                    deltas if segments else ())
+      stamps[split] = _per_file(entry.get("stamps"), len(files), str, "stamps")
+      digests[split] = _per_file(entry.get("index_digests"), len(files), str, "index_digests")
       shards[split] = tuple(files)
       indexes[split] = tuple(entry.get("indexes") or ("",) * len(files))
       images[split] = manifest.splits[split].images
@@ -105,7 +120,18 @@ def from_manifest(directory: str, manifest: Union[Manifest, Mapping[str, Any]],
   except (ValueError, KeyError, TypeError) as e:
     raise UsageError(f"{option} {directory}: its manifest.json has no usable shard plan "
                      f"({e})") from None
-  return Previous(directory, splits, shards, indexes, label_map, settings, images)
+  return Previous(directory, splits, shards, indexes, label_map, settings, images, stamps,
+                  digests)
+
+
+def _per_file(value: Any, files: int, kind: type, name: str) -> Tuple:
+  """A shard_plan list with one value of `kind` per shard file, checked; () when absent."""
+  if value is None:
+    return ()
+  if not isinstance(value, list) or len(value) != files or \
+      not all(type(v) is kind for v in value):
+    raise ValueError(f"its {name} are not one {kind.__name__} per shard file ({files})")
+  return tuple(value)
 
 
 def _segments(value: Any, ranges: int, files: int) -> Tuple[Tuple[int, int], ...]:
@@ -131,11 +157,13 @@ def changed_settings(now: Mapping[str, Any], previous: Previous) -> List[str]:
   return [k for k in now if now[k] != previous.settings.get(k)]
 
 
-def plan_record(plan: ShardPlan, stats: Sequence[Mapping]) -> Dict[str, Dict]:
+def plan_record(plan: ShardPlan, stats: Sequence[Mapping],
+                stamps: Optional[Mapping[str, str]] = None) -> Dict[str, Dict]:
   """The manifest's `shard_plan`: a split the earlier plan gave keeps its bounds and planned
   sizes; a split planned afresh takes its bounds from the first image each shard holds
   (stats' `first`) and its sizes from the plan. `indexes`: each shard's index file, when the
-  run wrote them."""
+  run wrote them, with `index_digests`; `stamps`: each shard file's stamp by name, when given
+  (a version's, recorded once its files are final: publish.seal)."""
   firsts = {(s["split"], s["shard"]): s.get("first") for s in stats if s.get("shard") is not None}
   written = {(s["split"], s["shard"]): s.get("index") for s in stats
              if s.get("shard") is not None}
@@ -151,6 +179,7 @@ def plan_record(plan: ShardPlan, stats: Sequence[Mapping]) -> Dict[str, Dict]:
           "segments": [list(s["segment"]) for s in files],
           "delta": [bool(s.get("delta")) for s in files],
           "indexes": [s["index"] for s in files]}
+      _add_checks(record[split], files, stamps)
       continue
     if before is not None:
       bounds = [encode_bound(b) for b in before.bounds]
@@ -168,5 +197,18 @@ def plan_record(plan: ShardPlan, stats: Sequence[Mapping]) -> Dict[str, Dict]:
     indexes = [written.get((split, shard)) for shard in range(split_plan.num_shards)]
     if all(indexes):
       entry["indexes"] = indexes
+    _add_checks(entry, sorted((s for s in stats if s["split"] == split and
+                               s.get("shard") is not None), key=lambda s: s["shard"]), stamps)
     record[split] = entry
   return record
+
+
+def _add_checks(entry: Dict, files: Sequence[Mapping], stamps: Optional[Mapping[str, str]]
+                ) -> None:
+  """A split's `stamps` and `index_digests` (one per shard file, in order) when all are known:
+  what the next run checks a file against before it keeps it (write/shard_writer)."""
+  digests = [s.get("index_digest") for s in files]
+  if files and all(digests) and entry.get("indexes"):
+    entry["index_digests"] = digests
+  if stamps is not None and files and all(stamps.get(s["path"]) for s in files):
+    entry["stamps"] = [stamps[s["path"]] for s in files]

@@ -256,6 +256,7 @@ class Segment:
   first: int
   end: int
   previous: int = -1
+  delta: bool = False  # a delta shard (new, or kept from a version where it was one)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,6 +269,7 @@ class PreviousSplit:
   planned: Tuple[int, ...]
   segments: Tuple[Tuple[int, int], ...] = ()
   images: int = 0  # images (written or rejected) of the split in that output
+  deltas: Tuple[bool, ...] = ()  # which of its shard files are delta shards (with segments)
 
   def segments_or_base(self) -> Tuple[Tuple[int, int], ...]:
     return self.segments or tuple((i, i + 1) for i in range(len(self.bounds) + 1))
@@ -328,8 +330,10 @@ def make_plan(counts: PlanCounts, num_shards: Optional[int], shard_size_mb: Opti
       ranges = len(before.bounds) + 1
       target = sorted(before.planned)[len(before.planned) // 2] if before.planned else 1
       new = delta_groups(ranges, kept[split].count - before.images, target)
-      segments = tuple(Segment(a, b, i) for i, (a, b) in enumerate(old)) + tuple(
-          Segment(a, b) for a, b in new)
+      # a delta shard stays one until a full version: compaction counts them all
+      deltas = before.deltas or (False,) * len(old)
+      segments = tuple(Segment(a, b, i, deltas[i]) for i, (a, b) in enumerate(old)) + tuple(
+          Segment(a, b, delta=True) for a, b in new)
       kept[split] = dataclasses.replace(kept[split], segments=segments,
                                         num_shards=len(segments), records=())
       continue

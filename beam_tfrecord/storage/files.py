@@ -216,10 +216,10 @@ def parent(uri: str) -> str:
 
 
 def head(uri: str, size: int = HEAD_BYTES) -> bytes:
-  """The first `size` bytes of a file; UsageError when it cannot be read (input checks)."""
-  from apache_beam.io.filesystems import FileSystems
+  """The first `size` bytes of a file; UsageError when it cannot be read (input checks).
+  Local files without Beam: the launcher's checks of an unchanged --append import none."""
   try:
-    with FileSystems.open(uri, compression_type="uncompressed") as f:
+    with open_read(uri) as f:
       return f.read(size)
   except Exception as e:
     raise UsageError(f"{uri}: cannot read ({type(e).__name__}: {e})") from None

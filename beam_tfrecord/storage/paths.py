@@ -210,6 +210,19 @@ def glob_escape(root: str) -> str:
   return root if is_remote(root) else glob.escape(root)
 
 
+def absolute(uri: str) -> str:
+  """A local path made absolute and normalised (os.path.abspath: no link is resolved); a URI
+  as it is. An image's identity holds the path it was found under, so the same files typed
+  relative in one run and absolute in the next must give the same path."""
+  return uri if not uri or is_remote(uri) else os.path.abspath(uri)
+
+
+def absolute_assignment(text: str) -> str:
+  """'[SPLIT=]PATH' with PATH made absolute (absolute)."""
+  split, uri = parse_assignment(text)
+  return f"{split}={absolute(uri)}" if split else absolute(uri)
+
+
 def parse_assignment(text: str) -> tuple[Optional[str], str]:
   """'train=path' -> ('train', 'path'); 'path' -> (None, 'path'). URIs keep their '='."""
   name, sep, rest = text.partition("=")

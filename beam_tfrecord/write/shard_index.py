@@ -156,16 +156,44 @@ def parse(data: bytes) -> List[Entry]:
 def read(uri: str) -> Optional[List[Entry]]:
   """The entries of an index file, or None when there is none or it cannot be read as one
   (the shard is then encoded again: an index only ever saves work)."""
+  return read_checked(uri)[0]
+
+
+def read_checked(uri: str, expected: str = "") -> Tuple[Optional[List[Entry]], str]:
+  """(read()'s entries, the file's digest). With `expected` (the digest its version
+  recorded), an index whose bytes differ is None too: forged, swapped or damaged."""
   try:
     with open_earlier(uri) as f:
       data = f.read(MAX_INDEX_BYTES + 1)
     if len(data) > MAX_INDEX_BYTES:
-      return None
-    return parse(data)
+      return None, ""
+    digest = file_digest(data)
+    if expected and digest != expected:
+      return None, digest
+    return parse(data), digest
   except (OSError, ValueError, TypeError, KeyError):
-    return None
+    return None, ""
   except Exception:  # an object store's own errors: no index
-    return None
+    return None, ""
+
+
+def file_digest(data: bytes) -> str:
+  """An index file's digest, as the manifest records it (shard_plan's `index_digests`)."""
+  return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def file_stamp(uri: str) -> str:
+  """A shard file's stamp, not following a link: size, modification and change time, inode
+  ('' on object stores, or when it cannot be looked at). A write into the file changes it,
+  even one that puts the modification time back (the change time moves); so do a new link
+  to the file or one removed (versions sharing it), which only costs a check of its CRCs."""
+  if paths.is_remote(uri):
+    return ""
+  try:
+    st = os.lstat(uri)
+  except OSError:
+    return ""
+  return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
 
 
 def open_earlier(uri: str):

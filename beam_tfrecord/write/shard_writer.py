@@ -109,7 +109,10 @@ class ShardTask:
   # only the images `previous`'s index lists; `exclude`: only images none of these lists
   segment: Optional[Tuple[int, int]] = None
   members: bool = False
-  exclude: Optional[Tuple[str, ...]] = None
+  exclude: Optional[Tuple[Tuple[str, str], ...]] = None  # (index uri, recorded digest)
+  delta: bool = False              # --append: this file is (or stays) a delta shard
+  # `previous`'s file stamp and index digest as its version recorded them ('' where not)
+  recorded: Tuple[str, str] = ("", "")
 
 
 @dataclasses.dataclass
@@ -218,15 +221,15 @@ def _add_entry(stats: Dict, entry: shard_index.Entry) -> None:
     stats["classes"][label] = stats["classes"].get(label, 0) + 1
 
 
-def _identities(uris: Sequence[str]) -> Set[int]:
+def _identities(indexes: Sequence[Tuple[str, str]]) -> Set[int]:
   """64-bit digests of the images the earlier shards' indexes list (a new delta shard leaves
   them out; at most shard_plan.MAX_DELTA_SCAN_IMAGES of them). An index that cannot be read
   lists none, as it does for the writer of its own shard: both decide from the same bytes,
   so every image has exactly one shard. (Two digests that collide would leave an added image
   out: the run's counts then differ from the plan's and --append makes a full version.)"""
   found: Set[int] = set()
-  for uri in uris:
-    for entry in shard_index.read(uri) or ():
+  for uri, recorded in indexes:
+    for entry in shard_index.read_checked(uri, recorded)[0] or ():
       found.add(_identity_digest(entry.identity))
   return found
 
@@ -236,21 +239,30 @@ def _identity_digest(identity: shard_index.Identity) -> int:
       "\0".join(identity).encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
 
 
-def _kept_file_ok(uri: str, old: Sequence[shard_index.Entry]) -> bool:
+def _kept_file_ok(uri: str, old: Sequence[shard_index.Entry], recorded: str = "") -> bool:
   """The earlier shard may be kept as it is: a regular file (not a link) whose size is where
-  its index's last record ends. Its records are not read (that would cost what keeping saves);
-  `verify` reads them, shared files are read-only, and a copied range is checked."""
+  its index's last record ends and, locally, whose stamp is the one its version recorded
+  (shard_index.file_stamp). Then its records are not read (that would cost what keeping
+  saves). A local file whose stamp differs (written into: hard links are read-only, but not
+  to root; or only linked again) or was never recorded is kept only if every record its index
+  lists checks out (shard_index.checked_range: framing, CRCs, digest); otherwise the writer
+  copies the ranges that check and encodes the others again."""
   try:
-    if paths.is_remote(uri):
-      size = _size(uri)
-    else:
-      st = os.lstat(uri)
-      if not stat.S_ISREG(st.st_mode):
-        return False
-      size = st.st_size
+    if paths.is_remote(uri):  # an object is never changed in place (a new generation)
+      return _size(uri) == max((e.offset + e.length for e in old), default=0)
+    st = os.lstat(uri)
   except OSError:
     return False
-  return size == max((e.offset + e.length for e in old), default=0)
+  if not stat.S_ISREG(st.st_mode) or \
+      st.st_size != max((e.offset + e.length for e in old), default=0):
+    return False
+  if recorded and shard_index.file_stamp(uri) == recorded:
+    return True
+  try:
+    with shard_index.open_earlier(uri) as f:
+      return all(shard_index.checked_range(f, e) is not None for e in old if e.length)
+  except OSError:
+    return False
 
 
 def write_indexed_shard(task: ShardTask) -> ShardResult:
@@ -273,9 +285,15 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
   stats = new_stats(split, shard, name)
   if task.segment is not None:
     stats["segment"] = list(task.segment)
-    stats["delta"] = not task.members
+    stats["delta"], stats["new"] = task.delta, not task.members
   errors: List[ErrorRecord] = []
-  old = shard_index.read(task.previous[1]) if task.previous else None
+  old, old_digest = (shard_index.read_checked(task.previous[1], task.recorded[1])
+                     if task.previous else (None, ""))
+  if task.previous and old is None:  # its images are encoded again: say so (--append counts it)
+    errors.append(ErrorRecord(
+        source=task.previous[1], stage="write", reason="earlier_index_damaged", key=name,
+        level="warning", message=f"the earlier shard index {task.previous[1]} cannot be read "
+        "or is not the one its version recorded; its shard's images are encoded again"))
   old_by_id = shard_index.by_identity(old) if old is not None else {}
   if task.members:  # an earlier shard file: its own images only
     wanted = lambda identity: identity in old_by_id  # noqa: E731
@@ -314,7 +332,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
       e.identity == (k, u) and e.same_as(st, dg) and
       all(dict(fields)["source"] == source for fields in e.errors)
       for e, (k, u, st, dg), source in zip(old, infos, sources)) and \
-      _kept_file_ok(task.previous[0], old):
+      _kept_file_ok(task.previous[0], old, task.recorded[0]):
     for entry, source in zip(old, sources):
       _add_entry(stats, entry)
       errors.extend(entry.error_records(source))
@@ -322,6 +340,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
     stats["reused"] = stats["images"] + stats["rejected"]
     stats["bytes"] = _size(task.previous[0])
     stats["kept_from"], stats["kept_index"] = task.previous
+    stats["index_digest"] = old_digest
     _named(task, stats, name)
     return ShardResult(stats, errors, contents)
 
@@ -400,7 +419,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
         message=f"{damaged} image(s) of the earlier shard {task.previous[0]} were not what "
         "its index says (framing, CRC or digest); they were encoded again"))
   contents = _indexed_contents(entries)
-  _write_index(task.staging, index_name, entries)
+  stats["index_digest"] = _write_index(task.staging, index_name, entries)
   kill_point("shard")
   _rename(partial, final)
   done.close()
@@ -416,14 +435,16 @@ def _indexed_contents(entries: Sequence[shard_index.Entry]) -> List[Tuple[str, s
   return [(e.content, e.key, e.uri) for e in entries if e.content and not e.rejected]
 
 
-def _write_index(staging: str, name: str, entries: List[shard_index.Entry]) -> None:
-  """The shard's index, under a unique name renamed into place (a retry rewrites it)."""
+def _write_index(staging: str, name: str, entries: List[shard_index.Entry]) -> str:
+  """The shard's index, under a unique name renamed into place (a retry rewrites it).
+  Returns its digest (shard_index.file_digest), which the manifest records."""
   final = paths.child(staging, name)
   partial = paths.child(staging, f".part-{uuid.uuid4().hex}-{name}")
+  data = b"".join(entry.line() for entry in entries)
   with _create(partial) as f:
-    for entry in entries:
-      f.write(entry.line())
+    f.write(data)
   _rename(partial, final)
+  return shard_index.file_digest(data)
 
 
 # A writer process costs ~0.3 s to start (0.6 s on a busy machine) and converts ~1,400 images

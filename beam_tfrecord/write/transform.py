@@ -68,19 +68,22 @@ def segment_task(task: ShardTask, segments, shard: int, previous: Previous,
                  reuse: bool) -> None:
   """--append: what the writer of segment `shard` compares with. An earlier shard file: its
   index says which images are its own (`members`). A new delta shard: the images of its
-  ranges that no earlier shard's index lists (`exclude`: those indexes)."""
+  ranges that no earlier shard's index lists (`exclude`: those indexes, with the digests
+  their version recorded)."""
   segment = segments[shard]
   task.segment = (segment.first, segment.end)
+  task.delta = segment.delta
   task.reuse = reuse
   if segment.previous >= 0:
     task.previous = previous.shard(task.split, segment.previous)
+    task.recorded = previous.recorded(task.split, segment.previous)
     task.members = True
     if task.previous is None:  # no index to say which images are its own: none are
       task.exclude = ()
     return
   task.exclude = tuple(
-      uri for s in segments if s.previous >= 0 and s.first < segment.end
-      and segment.first < s.end
+      (uri, previous.recorded(task.split, s.previous)[1]) for s in segments
+      if s.previous >= 0 and s.first < segment.end and segment.first < s.end
       for uri in [(previous.shard(task.split, s.previous) or ("", ""))[1]] if uri)
 
 
@@ -151,6 +154,7 @@ class _WriteShard(beam.DoFn):
         segment_task(task, split_plan.segments, shard, previous, reuse)
       else:
         task.previous = previous.shard(split, shard)
+        task.recorded = previous.recorded(split, shard)
         task.reuse = reuse
     return task
 

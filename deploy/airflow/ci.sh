@@ -85,7 +85,7 @@ json.dump([py_file] + beam_options_to_args(options), open(sys.argv[1], "w"))
 PY
 timeout 600 "$BEAM_TFRECORD_PYTHON" - "$WORK/dataflow-args.json" <<'PY'
 import json, os, runpy, sys
-os.environ["NO_GCE_CHECK"] = "True"
+os.environ["NO_GCE_CHECK"] = "true"
 from apache_beam.internal.gcp import auth  # no credential look-up offline
 auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
 py_file, *args = json.load(open(sys.argv[1]))

@@ -4,6 +4,7 @@ parameters are checked against the same options in tests/deploy/test_dataflow.py
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,10 @@ def test_parsed_options_reach_the_config_unchanged():
           "--plan-from", "earlier", "--incremental"]
   args, _ = cli.make_parser().parse_known_args(argv)
   config = convert_config._config(args)
-  assert config.inputs == ["a.json", "val=b.json"] and config.images == ["imgs"]
+  # local paths arrive absolute: typed relative or absolute, they name the same files
+  here = os.getcwd()
+  assert config.inputs == [os.path.join(here, "a.json"), "val=" + os.path.join(here, "b.json")]
+  assert config.images == [os.path.join(here, "imgs")]
   assert (config.num_shards, config.max_error_rate, config.max_pixels) == (3, 0.25, 99)
   assert (config.bbox_policy, config.exif_frame, config.image_format) == ("drop", "stored", "png")
   assert config.allow_absolute_paths and config.follow_symlinks and config.verify_images
@@ -50,7 +54,8 @@ def test_parsed_options_reach_the_config_unchanged():
   assert (config.jpeg_quality, config.max_image_bytes, config.writer_processes) == (80, 1234, 2)
   assert config.shard_name_template == "{split}-{index}.tfrecord"
   assert (config.classes, config.class_map, config.classes_file, config.class_descriptions) == (
-      "a,b", "a=c", "names.txt", "d.csv")
+      "a,b", "a=c", os.path.join(here, "names.txt"), os.path.join(here, "d.csv"))
+  assert config.label_map == os.path.join(here, "l.pbtxt")
   assert (config.layout, config.dataset_name, config.dataset_version) == ("tfds", "ds", "2.0.1")
   assert config.plan_from == "earlier" and config.incremental
   strict, _ = cli.make_parser().parse_known_args(

@@ -40,7 +40,7 @@ DRY_RUN = ["--runner=DataflowRunner", "--dry_run=True", "--project=demo-project"
 def offline_gcp(monkeypatch):
   """No metadata-server probe, no credential look-up (anonymous, as Beam falls back to)."""
   from apache_beam.internal.gcp import auth
-  monkeypatch.setenv("NO_GCE_CHECK", "True")
+  monkeypatch.setenv("NO_GCE_CHECK", "true")
   monkeypatch.setattr(auth._Credentials, "_credentials_init", True)
   monkeypatch.setattr(auth._Credentials, "_credentials", None)
 

@@ -13,78 +13,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
 from beam_tfrecord.storage import versions
+from versioned_outputs import (dataset as _dataset, full as _full, in_process as _in_process,
+                               latest as _latest, records as _records, run as _run)
 
 pytestmark = pytest.mark.e2e
-
-
-def _dataset(root: Path, names, colour=0):
-  (root / "imgs").mkdir(parents=True, exist_ok=True)
-  images, anns = [], []
-  for i, name in enumerate(names):
-    path = root / "imgs" / name
-    if not path.exists():
-      Image.new("RGB", (40 + i % 7, 30), ((i * 37 + colour) % 255, 90, 20)).save(path)
-    images.append({"id": i + 1, "file_name": name, "width": 40 + i % 7, "height": 30})
-    anns.append({"id": i + 1, "image_id": i + 1, "category_id": 1 + i % 2,
-                 "bbox": [1, 2, 10 + i % 5, 12], "area": 120.0, "iscrowd": 0})
-  (root / "ann.json").write_text(json.dumps(
-      {"images": images, "annotations": anns,
-       "categories": [{"id": 1, "name": "cat"}, {"id": 2, "name": "dog"}]}))
-
-
-def _in_process(argv):
-  import contextlib
-  import io
-  import types
-  from beam_tfrecord import cli
-  out, err = io.StringIO(), io.StringIO()
-  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    try:
-      code = cli.main(list(argv))
-    except SystemExit as e:
-      code = e.code
-  return types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
-
-
-def _run(root: Path, output: str, *extra, env=None, check=True, subprocess_only=False):
-  cmd = [sys.executable, "-m", "beam_tfrecord.cli", "convert", "--format", "coco",
-         "--input", f"train={root / 'ann.json'}", "--images", str(root / "imgs"),
-         "--output", output, "--num-shards", "4", *extra]
-  if env is None and not subprocess_only:  # in this process: no interpreter and Beam start-up
-    done = _in_process(cmd[3:])
-  else:
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-  if check:
-    assert done.returncode == 0, done.stdout + done.stderr
-  return done
-
-
-def _records(directory: str):
-  """{image/filename: serialized record} of an output, read with TensorFlow."""
-  import tensorflow as tf
-  manifest = json.loads(Path(directory, "manifest.json").read_text())
-  out = {}
-  for split in manifest["splits"].values():
-    for shard in split["shards"]:
-      for raw in tf.data.TFRecordDataset(os.path.join(directory, shard["path"])):
-        example = tf.train.Example.FromString(raw.numpy())
-        name = example.features.feature["image/filename"].bytes_list.value[0].decode()
-        assert name not in out, f"{name} written twice"
-        out[name] = raw.numpy()
-  return out
-
-
-def _latest(dest: Path) -> str:
-  return versions.resolve(str(dest))
-
-
-def _full(root: Path, tmp: Path) -> dict:
-  out = tmp / f"full-{len(list(tmp.glob('full-*')))}"
-  _run(root, str(out))
-  return _records(str(out))
 
 
 def _inodes(directory: str):
@@ -147,10 +81,14 @@ def test_versions_equal_full_runs_and_keep_old_shards(tmp_path):
   assert "full version: --compact" in compacted.stdout
   v4 = _latest(dest)
   assert _records(v4) == _records(v3) and len(_inodes(v4)) == 4
-  # --keep 1 (with a change, so a version is made): only LATEST's version is left and it reads
+  # --keep 1 (with a change, so a version is made): versions superseded within
+  # --retain-hours stay (a reader may hold them); with 0 only LATEST's is left, and it reads
   _dataset(src, [n for n in names if n != "010.jpg"] + ["new5.jpg"])
   _run(src, str(dest), "--append", "--keep", "1")
-  assert versions.numbers(str(dest)) == [5]
+  assert versions.numbers(str(dest)) == [1, 2, 3, 4, 5]
+  _dataset(src, [n for n in names if n != "010.jpg"] + ["new5.jpg", "new6.jpg"])
+  _run(src, str(dest), "--append", "--keep", "1", "--retain-hours", "0")
+  assert versions.numbers(str(dest)) == [6]
   assert _records(_latest(dest)) == _full(src, tmp_path)
 
 

@@ -424,7 +424,7 @@ def test_dataflow_job_lists_on_workers(monkeypatch):
   Finalize takes their answer as a side input; building it listed nothing on gs://."""
   from apache_beam.internal.gcp import auth
   from apache_beam.options.pipeline_options import PipelineOptions
-  monkeypatch.setenv("NO_GCE_CHECK", "True")
+  monkeypatch.setenv("NO_GCE_CHECK", "true")
   monkeypatch.setattr(auth._Credentials, "_credentials_init", True)
   monkeypatch.setattr(auth._Credentials, "_credentials", None)
   match = FileSystems.match

@@ -163,6 +163,9 @@ def test_planted_copies_local(tmp_path, capsys):
   assert _convert(str(data / "images"), str(data), str(failed), "--strict") == 3
   err = capsys.readouterr().err
   assert "error rate" in err and "--max-error-rate 0" in err, err
+  # the line says that the copies it counts were written, not rejected (issue 40, item 12)
+  assert "5 rejected inputs, 5 of them extra copies of images (leaked_across_splits, " \
+      "duplicate_content)" in err, err
   run_dirs = list(failed.glob(".beam-tfrecord-run-*"))
   report = json.loads((run_dirs[0] / "manifest.json").read_text())
   assert report["outcome"] == "error_rate" and report["leakage"]["duplicate_content"] == 3
@@ -207,11 +210,16 @@ def test_incremental_compares_kept_images_from_their_index(tmp_path, capsys):
   errors_text = "".join(p.read_text() for p in sorted(out.glob("errors-*.jsonl")))
   _check_run(text, manifest, (out / "README.md").read_text(), errors_text, images, splits,
              expected)
-  # an earlier output whose indexes have no digests (written before the check)
+  # an earlier output whose indexes have no digests (written before the check), nor has its
+  # manifest the indexes' own digests (written before issue 40)
   for index in out.glob("shard-index-*.jsonl"):
     lines = [json.loads(line) for line in index.read_text().splitlines()]
     index.write_text("".join(json.dumps({k: v for k, v in line.items() if k != "content"})
                              + "\n" for line in lines))
+  earlier = json.loads((out / "manifest.json").read_text())
+  for entry in earlier["shard_plan"].values():
+    entry.pop("index_digests", None)
+  (out / "manifest.json").write_text(json.dumps(earlier))
   assert _convert(images, str(data), str(out), "--incremental", "--overwrite") == 0
   text = capsys.readouterr().out
   leakage = json.loads((out / "manifest.json").read_text())["leakage"]

@@ -85,8 +85,8 @@ class _Head:
 
 @contextlib.contextmanager
 def _head_of(uri: str, limit: Optional[int] = None) -> Iterator[_Head]:
-  from apache_beam.io.filesystems import FileSystems
-  with FileSystems.open(uri, compression_type="uncompressed") as f:
+  from beam_tfrecord.storage.files import open_read
+  with open_read(uri) as f:  # local files without Beam: an unchanged --append imports none
     yield _Head(f, LAUNCH_HEAD_BYTES if limit is None else limit)
 
 
