@@ -7,6 +7,8 @@ import csv
 import io
 import json
 import os
+import shutil
+import types
 from pathlib import Path
 
 import apache_beam as beam
@@ -28,9 +30,34 @@ RUNNER = "--runner=FnApiRunner"
 
 @pytest.fixture
 def dataset(tmp_path):
+  """A private dataset, for the tests that change their sources."""
   data = tmp_path / "data"
   sample.make_dataset(str(data), count=6)
   return data
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory):
+  """One dataset no test changes, and its first `--if-changed` conversion (with what that
+  run printed), converted once for the module: a test that only skips reads a copy of it
+  (output_copy). The fingerprint covers the sources and the settings but not --output (a
+  RUNTIME setting), so a copy of the output elsewhere skips like the output itself."""
+  import contextlib
+  root = tmp_path_factory.mktemp("if_changed")
+  data, out = root / "data", root / "out"
+  sample.make_dataset(str(data), count=6)
+  stdout = io.StringIO()
+  with contextlib.redirect_stdout(stdout):
+    assert _convert(data, out, "--if-changed") == 0
+  return types.SimpleNamespace(data=data, out=out, stdout=stdout.getvalue())
+
+
+@pytest.fixture
+def output_copy(first, tmp_path):
+  """A copy (contents and modification times) of the module's first conversion."""
+  out = tmp_path / "out"
+  shutil.copytree(first.out, out)
+  return out
 
 
 def _argv(data, out, *extra):
@@ -93,10 +120,9 @@ def converted(capsys, out: Path) -> str:
 
 # --- unchanged: skipped on the workers' word ---------------------------------------------
 
-def test_unchanged_sources_skip_and_leave_the_output_byte_for_byte(dataset, tmp_path, capsys):
-  out = tmp_path / "out"
-  assert _convert(dataset, out, "--if-changed") == 0
-  converted(capsys, out)
+def test_unchanged_sources_skip_and_leave_the_output_byte_for_byte(first, output_copy, capsys):
+  dataset, out = first.data, output_copy
+  assert "skipped" not in first.stdout and f"-> {first.out}" in first.stdout, first.stdout
   manifest = check_recorded(out, dataset, len(os.listdir(dataset / "images")))
   before, times = tree(out), mtimes(out)
 
@@ -130,11 +156,9 @@ def test_the_skip_is_seen_from_worker_processes(dataset, tmp_path, capsys):
   assert tree(out) == before
 
 
-def test_other_settings_are_another_conversion(dataset, tmp_path, capsys):
-  out = tmp_path / "out"
-  assert _convert(dataset, out, "--if-changed") == 0
+def test_other_settings_are_another_conversion(first, output_copy, capsys):
+  dataset, out = first.data, output_copy
   first = manifest_of(out)
-  capsys.readouterr()
   assert _convert(dataset, out, "--if-changed", "--bbox-policy", "drop") == 0
   converted(capsys, out)
   again = manifest_of(out)
@@ -210,14 +234,13 @@ def test_a_changed_image_an_added_image_and_a_changed_annotation_each_replace(
   assert capsys.readouterr().out.splitlines() == [skip_line(out, runs[-1])]
 
 
-def test_a_failed_run_is_not_compared_and_foreign_files_are_kept(dataset, tmp_path, capsys):
-  out = tmp_path / "out"
-  assert _convert(dataset, out, "--if-changed") == 0
+def test_a_failed_run_is_not_compared_and_foreign_files_are_kept(first, output_copy, tmp_path,
+                                                               capsys):
+  dataset, out = first.data, output_copy
   path = out / "manifest.json"
   manifest = json.loads(path.read_text())
   manifest["status"] = "failed: error rate 0.5 exceeds --max-error-rate 0.1"
   path.write_text(json.dumps(manifest))
-  capsys.readouterr()
   assert _convert(dataset, out, "--if-changed") == 0  # not the last *successful* run
   converted(capsys, out)
   assert manifest_of(out)["run_id"] != manifest["run_id"]
@@ -229,14 +252,12 @@ def test_a_failed_run_is_not_compared_and_foreign_files_are_kept(dataset, tmp_pa
   assert tree(foreign) == {"notes.txt": b"mine"}
 
 
-def test_a_version_1_fingerprint_converts_once(dataset, tmp_path, capsys):
+def test_a_version_1_fingerprint_converts_once(first, output_copy, capsys):
   """An output written before the fingerprint moved onto workers: different, so converted."""
-  out = tmp_path / "out"
-  assert _convert(dataset, out, "--if-changed") == 0
+  dataset, out = first.data, output_copy
   manifest = manifest_of(out)
   manifest["source_fingerprint"] = {"sha256": "ab" * 32, "files": 8, "bytes": 11760}
   (out / "manifest.json").write_text(json.dumps(manifest))
-  capsys.readouterr()
   assert _convert(dataset, out, "--if-changed") == 0
   converted(capsys, out)
   assert _convert(dataset, out, "--if-changed") == 0
@@ -298,8 +319,8 @@ class ListingGuard:
     monkeypatch.setattr(beam.Pipeline, "run", running)
 
 
-def test_the_launcher_lists_no_source(dataset, tmp_path, capsys, monkeypatch):
-  out = tmp_path / "out"
+def test_the_launcher_lists_no_source(first, tmp_path, capsys, monkeypatch):
+  dataset, out = first.data, tmp_path / "out"  # a conversion of its own, of unchanged sources
   images = len(os.listdir(dataset / "images"))
   guard = ListingGuard(dataset)
   guard.install(monkeypatch)
@@ -319,8 +340,9 @@ def test_the_launcher_lists_no_source(dataset, tmp_path, capsys, monkeypatch):
   check_recorded(out, dataset, images)  # what the workers recorded is what is there
 
 
-def test_the_guard_sees_a_launcher_that_lists(dataset, monkeypatch):
+def test_the_guard_sees_a_launcher_that_lists(first, monkeypatch):
   """Control: the listing the launcher did before (fingerprint.compute's) is refused."""
+  dataset = first.data
   guard = ListingGuard(dataset)
   compute = fingerprint.compute
   guard.install(monkeypatch)
@@ -369,11 +391,11 @@ def _labels(p):
   return found
 
 
-def test_build_exposes_unchanged_and_lists_nothing_without_if_changed(dataset, tmp_path):
-  out = tmp_path / "out"
-  assert _convert(dataset, out, "--if-changed") == 0
+def test_build_exposes_unchanged_and_lists_nothing_without_if_changed(first, output_copy):
+  out = output_copy
   manifest = manifest_of(out)
-  config = ConvertConfig(**dict(manifest["config"], source_fingerprint=fingerprint.REQUESTED))
+  config = ConvertConfig(**dict(manifest["config"], output=str(out),
+                                source_fingerprint=fingerprint.REQUESTED))
   before = tree(out)
 
   def finalize_skipped(results):
@@ -385,19 +407,24 @@ def test_build_exposes_unchanged_and_lists_nothing_without_if_changed(dataset, t
   assert "IfChanged/List" in labels and "CompareFingerprint" in labels
   assert tree(out) == before  # the run directory r1 is gone too
 
-  image = dataset / "images" / sorted(os.listdir(dataset / "images"))[0]
-  _later(image)
+  # The sources as recorded differ from these (the module's dataset is left alone: the
+  # output's record is changed instead; a change to the sources themselves is
+  # test_a_changed_image_an_added_image_and_a_changed_annotation_each_replace's)
+  recorded = dict(manifest["source_fingerprint"], sha256="ab" * 32)
+  (out / "manifest.json").write_text(json.dumps(dict(manifest, source_fingerprint=recorded)))
   _build_and_run(config, "r2", False)  # (no lock held: finalize keeps its run as a report)
 
-  plain = ConvertConfig(**dict(manifest["config"], source_fingerprint=None))
+  plain = ConvertConfig(**dict(manifest["config"], output=str(out), source_fingerprint=None))
   labels = _build_and_run(plain, "r3", False)
   assert not [label for label in labels if label.startswith(("IfChanged", "Compare"))]
 
 
 def test_a_listing_that_fails_on_a_worker_fails_the_run_and_keeps_the_output(
-    dataset, tmp_path, capsys, monkeypatch):
-  out = tmp_path / "out"
-  assert _convert(dataset, out, "--if-changed") == 0
+    first, output_copy, tmp_path, capsys, monkeypatch):
+  # a copy of the module's sources (changed, as the run sees them: other paths) and of its
+  # output (whose record says the run converted the module's sources)
+  dataset, out = tmp_path / "data", output_copy
+  shutil.copytree(first.data, dataset)
   published = {k: v for k, v in tree(out).items() if not k.startswith(outputs.OWN_PREFIX)}
   (dataset / "images" / "extra.jpg").write_bytes(b"changed sources: the run would convert")
   walk = fingerprint._walk_local
