@@ -551,18 +551,42 @@ def clean_b(data):
   return published(out)
 
 
-@pytest.mark.parametrize("point", KILL_POINTS)
-def test_a_kill_leaves_the_old_output_or_the_new_one_never_a_mix(data, clean_b, good_copy,
-                                                                  capsys, point):
+@pytest.fixture(scope="module")
+def killed(data, tmp_path_factory):
+  """killed(point, target): at target, the state a `convert --overwrite` of B left in a copy
+  of the good output when it was killed (SIGKILL) at point. Each point is killed once per
+  module (a real process, the run's own BEAM_TFRECORD_KILL_AT), in a directory of its own
+  that no test changes; every test gets a copy of it (links copied as links; the swap
+  journal names the run directory by its plain name, so the copy is the same state).
+  Returns the temporary directories the killed process left."""
   import glob
   import tempfile
-  proc = subprocess.Popen([sys.executable, "-m", "beam_tfrecord.cli",
-                           *args(data["b"], good_copy, "--overwrite")],
-                          env=subprocess_env(BEAM_TFRECORD_KILL_AT=point),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  _, stderr = proc.communicate(timeout=300)
-  assert proc.returncode == -9, stderr[-2000:]
-  leftovers = glob.glob(os.path.join(tempfile.gettempdir(), f"beam-tfrecord-tmp-{proc.pid}-*"))
+  states = {}
+
+  def get(point: str, target: str) -> list:
+    if point not in states:
+      where = str(tmp_path_factory.mktemp(f"killed-{point}") / "out")
+      shutil.copytree(data["good"], where)
+      proc = subprocess.Popen([sys.executable, "-m", "beam_tfrecord.cli",
+                               *args(data["b"], where, "--overwrite")],
+                              env=subprocess_env(BEAM_TFRECORD_KILL_AT=point),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      _, stderr = proc.communicate(timeout=300)
+      leftovers = glob.glob(os.path.join(tempfile.gettempdir(),
+                                         f"beam-tfrecord-tmp-{proc.pid}-*"))
+      states[point] = (where, proc.returncode, stderr, leftovers)
+    where, code, stderr, leftovers = states[point]
+    assert code == -9, stderr[-2000:]
+    shutil.copytree(where, target, symlinks=True)
+    return leftovers
+  return get
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_a_kill_leaves_the_old_output_or_the_new_one_never_a_mix(data, clean_b, killed,
+                                                                  tmp_path, capsys, point):
+  good_copy = str(tmp_path / "out")
+  leftovers = killed(point, good_copy)
   capsys.readouterr()
   if point.startswith("swap-"):
     # killed while replacing: detected, and repaired to the new output
@@ -597,15 +621,13 @@ def test_a_kill_leaves_the_old_output_or_the_new_one_never_a_mix(data, clean_b, 
 
 
 @pytest.mark.parametrize("point", ["swap-old-manifest", "swap-old-files", "swap-move"])
-def test_the_next_convert_completes_a_killed_swap(data, clean_b, good_copy, capsys, point):
+def test_the_next_convert_completes_a_killed_swap(data, clean_b, killed, tmp_path, capsys,
+                                                  point):
   """Killed while replacing (no manifest in the output, the new files half moved in): the
   next convert rolls the swap forward under the lock, then runs, instead of calling the
   tool's own files foreign (issue 30, item 3)."""
-  proc = subprocess.run([sys.executable, "-m", "beam_tfrecord.cli",
-                         *args(data["b"], good_copy, "--overwrite")],
-                        env=subprocess_env(BEAM_TFRECORD_KILL_AT=point),
-                        capture_output=True, text=True, timeout=300)
-  assert proc.returncode == -9, proc.stderr[-2000:]
+  good_copy = str(tmp_path / "out")
+  killed(point, good_copy)  # the kill test_a_kill_leaves_... repairs with verify instead
   capsys.readouterr()
   code, err = run(args(data["b"], good_copy, "--overwrite"), capsys)
   assert code == 0, err

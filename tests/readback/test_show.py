@@ -117,11 +117,19 @@ def test_show_picks_with_the_seed_and_reads_only_what_it_needs():
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def spaced(tmp_path_factory):
+  """_spaced_dataset converted once for the module: (dataset, output). No test changes the
+  output; one that must, copies it."""
+  root = tmp_path_factory.mktemp("spaced")
+  ds = _spaced_dataset(root / "data")
+  run_cli("convert", "--format=coco", *ds.inputs("coco"), f"--output={root / 'out'}")
+  return ds, root / "out"
+
+
 @pytest.mark.e2e
-def test_show_cli_on_a_converted_dataset(tmp_path, capsys):
-  ds = _spaced_dataset(tmp_path / "data")
-  out = tmp_path / "out"
-  run_cli("convert", "--format=coco", *ds.inputs("coco"), f"--output={out}")
+def test_show_cli_on_a_converted_dataset(spaced, tmp_path, capsys):
+  ds, out = spaced
   picture = tmp_path / "grid.png"
   assert cli.main(["show", str(out), "--split", "train", "-n", "8", "--seed", "3",
                    "--output", str(picture)]) == 0
@@ -160,9 +168,11 @@ def test_show_without_shard_counts_samples_in_one_pass(shared, dataset):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("point", ["swap-journal", "swap-old-manifest"])
-def test_show_inspect_and_reader_on_an_interrupted_swap_name_verify_repair(tmp_path, capsys,
-                                                                          point):
+# one point: every kill point's state is tests/e2e/test_output_safety.py's; here what the
+# read-only commands say of it
+@pytest.mark.parametrize("point", ["swap-old-manifest"])
+def test_show_inspect_and_reader_on_an_interrupted_swap_name_verify_repair(spaced, tmp_path,
+                                                                          capsys, point):
   """A run killed while replacing the output (its old manifest still there, or already
   gone): show, inspect and reader.load say so in one line (exit 2) naming
   `beam-tfrecord verify --repair`, never a traceback and never a read of a half-swapped
@@ -174,10 +184,11 @@ def test_show_inspect_and_reader_on_an_interrupted_swap_name_verify_repair(tmp_p
 
   from beam_tfrecord.finalize.output import IncompleteOutput
   from beam_tfrecord.readback import reader
-  ds = _spaced_dataset(tmp_path / "data")
+  import shutil
+  ds, converted = spaced
   out = tmp_path / "out"
+  shutil.copytree(converted, out)  # the finished output the killed run replaces
   convert = ["convert", "--format=coco", *ds.inputs("coco"), f"--output={out}", "--overwrite"]
-  run_cli(*convert)
   proc = subprocess.run([sys.executable, "-m", "beam_tfrecord.cli", *convert],
                         env=subprocess_env(BEAM_TFRECORD_KILL_AT=point),
                         capture_output=True, text=True, timeout=300)
