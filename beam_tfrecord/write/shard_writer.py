@@ -239,14 +239,17 @@ def _identity_digest(identity: shard_index.Identity) -> int:
       "\0".join(identity).encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
 
 
-def _kept_file_ok(uri: str, old: Sequence[shard_index.Entry], recorded: str = "") -> bool:
+def _kept_file_ok(uri: str, old: Sequence[shard_index.Entry], recorded: str = "",
+                  versioned: bool = False) -> bool:
   """The earlier shard may be kept as it is: a regular file (not a link) whose size is where
-  its index's last record ends and, locally, whose stamp is the one its version recorded
-  (shard_index.file_stamp). Then its records are not read (that would cost what keeping
-  saves). A local file whose stamp differs (written into: hard links are read-only, but not
-  to root; or only linked again) or was never recorded is kept only if every record its index
-  lists checks out (shard_index.checked_range: framing, CRCs, digest); otherwise the writer
-  copies the ranges that check and encodes the others again."""
+  its index's last record ends and, in a local versioned output (--append), whose stamp is
+  the one its version recorded (shard_index.file_stamp). Then its records are not read (that
+  would cost what keeping saves). A version's file whose stamp differs (written into: hard
+  links are read-only, but not to root; or only linked again) or was never recorded is kept
+  only if every record its index lists checks out (shard_index.checked_range: framing, CRCs,
+  digest); otherwise the writer copies the ranges that check and encodes the others again.
+  --incremental outputs are replaced by a swap, whose renames move the change time: their
+  kept shards are checked by size, as the docs say."""
   try:
     if paths.is_remote(uri):  # an object is never changed in place (a new generation)
       return _size(uri) == max((e.offset + e.length for e in old), default=0)
@@ -256,7 +259,7 @@ def _kept_file_ok(uri: str, old: Sequence[shard_index.Entry], recorded: str = ""
   if not stat.S_ISREG(st.st_mode) or \
       st.st_size != max((e.offset + e.length for e in old), default=0):
     return False
-  if recorded and shard_index.file_stamp(uri) == recorded:
+  if not versioned or (recorded and shard_index.file_stamp(uri) == recorded):
     return True
   try:
     with shard_index.open_earlier(uri) as f:
@@ -332,7 +335,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
       e.identity == (k, u) and e.same_as(st, dg) and
       all(dict(fields)["source"] == source for fields in e.errors)
       for e, (k, u, st, dg), source in zip(old, infos, sources)) and \
-      _kept_file_ok(task.previous[0], old, task.recorded[0]):
+      _kept_file_ok(task.previous[0], old, task.recorded[0], task.segment is not None):
     for entry, source in zip(old, sources):
       _add_entry(stats, entry)
       errors.extend(entry.error_records(source))

@@ -105,11 +105,14 @@ def test_a_delta_shard_never_outgrows_its_size(tmp_path):
   assert max(s["examples"] for s in manifest["splits"]["train"]["shards"]) <= 2 * 13
 
 
-def test_a_kept_shard_written_into_is_encoded_again(tmp_path):
+def test_a_kept_shard_written_into_is_encoded_again_and_a_swapped_index_is_reported(tmp_path):
   """Item 3: root writes 16 bytes into a version's shard (read-only does not stop root; the
   next version would share the inode). The next append sees its stamp changed, finds the
   records that no longer check out, encodes those images again with one warning, and the
-  new version verifies and equals a full run."""
+  new version verifies and equals a full run.
+  Item 8: then two of that version's indexes are swapped (each parses, each lists real
+  records of its shard's neighbour). The digests the version recorded say so: the append
+  reports earlier_index_damaged, makes a full version, and nothing is called added."""
   src, dest = tmp_path / "src", tmp_path / "dest"
   names = [f"{i:03d}.jpg" for i in range(24)]
   _dataset(src, names)
@@ -126,42 +129,15 @@ def test_a_kept_shard_written_into_is_encoded_again(tmp_path):
             for line in p.read_text().splitlines()]
   damaged = [e for e in errors if e["reason"] == "earlier_shard_damaged"]
   assert len(damaged) == 1 and shard.name in damaged[0]["message"], errors
+  assert "1 shard rewritten" in done.stdout or "1 shards rewritten" in done.stdout, done.stdout
   assert _records(v2) == _full(src, tmp_path)
   verified = _in_process(["verify", str(dest)])
   assert verified.returncode == 0, verified.stdout + verified.stderr
-  assert "1 shards rewritten" in done.stdout or "1 shard rewritten" in done.stdout, done.stdout
 
-
-def test_an_untouched_kept_shard_is_not_read(tmp_path, monkeypatch):
-  """Item 3's other half: a shard whose stamp is the one recorded is kept without reading
-  its records (checked_range is never called)."""
-  from beam_tfrecord.write import shard_index
-  src, dest = tmp_path / "src", tmp_path / "dest"
-  names = [f"{i:03d}.jpg" for i in range(12)]
-  _dataset(src, names)
-  _run(src, str(dest), "--append", "--writer-processes", "1")
-  assert all(_manifest(_latest(dest))["shard_plan"]["train"]["stamps"])
-  calls = []
-  real = shard_index.checked_range
-  monkeypatch.setattr(shard_index, "checked_range", lambda f, e: calls.append(e) or real(f, e))
-  _dataset(src, names + ["more.jpg"])
-  done = _run(src, str(dest), "--append", "--writer-processes", "1")
-  assert "4 kept" in done.stdout and calls == [], (done.stdout, len(calls))
-
-
-def test_a_swapped_index_is_reported_and_costs_a_full_version(tmp_path):
-  """Item 8: two indexes of a version swapped (each parses, each lists real records of its
-  own shard's neighbour). The digests the version recorded say so: the append reports
-  earlier_index_damaged, makes a full version, and nothing is called added."""
-  src, dest = tmp_path / "src", tmp_path / "dest"
-  names = [f"{i:03d}.jpg" for i in range(24)]
-  _dataset(src, names)
-  _run(src, str(dest), "--append")
-  v1 = Path(_latest(dest))
-  a, b = sorted(v1.glob("shard-index-train-*.jsonl"))[:2]
-  tmp = v1 / "swap.tmp"
+  a, b = sorted(Path(v2).glob("shard-index-train-*.jsonl"))[:2]
+  tmp = Path(v2) / "swap.tmp"
   a.rename(tmp), b.rename(a), tmp.rename(b)
-  _dataset(src, names + ["more.jpg"])
+  _dataset(src, names + ["more.jpg", "most.jpg"])
   done = _run(src, str(dest), "--append")
   assert "earlier_index_damaged" in done.stderr and "making a full version" in done.stderr, \
       done.stderr
@@ -169,18 +145,27 @@ def test_a_swapped_index_is_reported_and_costs_a_full_version(tmp_path):
   assert _records(_latest(dest)) == _full(src, tmp_path)
 
 
-def test_keep_spares_a_version_a_reader_holds(tmp_path):
-  """Item 5: a reader that resolved LATEST before a `--keep 1` append reads its whole epoch:
+def test_an_untouched_shard_is_not_read_and_keep_spares_a_version_a_reader_holds(
+    tmp_path, monkeypatch):
+  """Item 3's other half: a shard whose stamp is the one recorded is kept without reading
+  its records (checked_range is never called).
+  Item 5: a reader that resolved LATEST before a `--keep 1` append reads its whole epoch:
   the version it reads was LATEST less than --retain-hours ago. With nothing changed, --keep
   and retention still apply (--retain-hours 0 then retires it)."""
   from beam_tfrecord.readback import reader
+  from beam_tfrecord.write import shard_index
   src, dest = tmp_path / "src", tmp_path / "dest"
   names = [f"{i:03d}.jpg" for i in range(12)]
   _dataset(src, names)
-  _run(src, str(dest), "--append")
+  _run(src, str(dest), "--append", "--writer-processes", "1")
+  assert all(_manifest(_latest(dest))["shard_plan"]["train"]["stamps"])
   dataset = reader.load(str(dest), "train")  # resolved now: version 1
+  calls = []
+  real = shard_index.checked_range
+  monkeypatch.setattr(shard_index, "checked_range", lambda f, e: calls.append(e) or real(f, e))
   _dataset(src, names + ["more.jpg"])
-  _run(src, str(dest), "--append", "--keep", "1")
+  done = _run(src, str(dest), "--append", "--writer-processes", "1", "--keep", "1")
+  assert "4 kept" in done.stdout and calls == [], (done.stdout, len(calls))
   assert versions.numbers(str(dest)) == [1, 2]
   assert sum(1 for _ in dataset) == 12  # no NotFoundError mid-epoch
   same = _run(src, str(dest), "--append", "--keep", "1", "--retain-hours", "0")
