@@ -15,7 +15,17 @@ import pytest
 from beam_tfrecord.errors import EXIT_USAGE
 from beam_tfrecord.sources import coco
 
-PADDING = 20_000  # images without a file, long names: ~5.3 MB of JSON before the use of 0
+PADDING = 2_000  # images without a file, long names: ~530 kB of JSON before the use of 0
+HEAD = 64 << 10  # the launcher's head, made smaller than its 4 MB (the same code reads it)
+
+
+@pytest.fixture(autouse=True)
+def small_head(monkeypatch):
+  """The launcher reads HEAD bytes: a file past it need not be 4 MB to be past it."""
+  from beam_tfrecord.sources import declared
+  from beam_tfrecord.sources.coco import head
+  for module in (head, declared, coco):
+    monkeypatch.setattr(module, "LAUNCH_HEAD_BYTES", HEAD)
 
 
 def _padded(tmp_path, use_zero: bool) -> str:
@@ -33,9 +43,9 @@ def _padded(tmp_path, use_zero: bool) -> str:
   path = str(tmp_path / f"instances-{use_zero}.json")
   with open(path, "w", encoding="utf-8") as f:
     json.dump(ann.document(), f)  # compact: indent would make it slow to write, not deeper
-  assert os.path.getsize(path) > coco.LAUNCH_HEAD_BYTES
+  assert os.path.getsize(path) > 4 * HEAD
   with open(path, "rb") as f:  # the use is past the head: only a worker can see it
-    assert b'"category_id": 0' not in f.read(coco.LAUNCH_HEAD_BYTES)
+    assert b'"category_id": 0' not in f.read(4 * HEAD)
   return path
 
 
