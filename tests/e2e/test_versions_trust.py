@@ -73,6 +73,9 @@ def test_a_new_shard_size_makes_a_full_version_and_relative_paths_add_nothing(tm
   monkeypatch.chdir(tmp_path)
   relative = ["convert", "--format", "coco", "--input", "train=src/ann.json", "--images",
               "./src/imgs/", "--output", "dest", "--append"]
+  unchanged = _in_process(relative + ["--shard-size-mb", "0.01"])
+  assert unchanged.returncode == 0 and "unchanged: the sources equal" in unchanged.stdout, \
+      unchanged.stdout
   (src / "imgs" / "003.jpg").touch()  # a stamp changed: the pipeline runs and compares
   same = _in_process(relative + ["--shard-size-mb", "0.01"])
   assert same.returncode == 0 and "0 added, 1 changed, 0 removed" in same.stdout, same.stdout
