@@ -333,34 +333,115 @@ def _files(root) -> dict:
 WHOLE = ["good", "no_categories", "images_not_array"]
 STREAMED = ["truncated", "not_an_object", "nan", "big_id", "big_id_images_object", "images_twice", "nan_no_categories", "deep",
             "deep_entry", "big_exponent", "trailing", "bom", "odd_strings"]
+# Every file the joins are compared on, with include_masks: one ReadCoco branch each.
+CASES = [(name, False) for name in WHOLE + STREAMED] + [("seg", True)]
+STREAMED_AGAIN = ("truncated", "nan")  # where only ijson can tell: streamed again
 
 
-def _read(files, name: str, join_in_worker: bool, include_masks: bool = False) -> dict:
-  """{'images': [...], 'errors': [...], 'categories': [...]} as sorted text lines."""
-  out_dir = os.path.join(os.path.dirname(files["images"]), f"out-{name}-{join_in_worker}")
+def _coco_files(root: str) -> dict:
+  """_files, and `seg`: the good file with a polygon segmentation."""
+  files = _files(root)
+  with open(files["good"], encoding="utf-8") as f:
+    doc = json.load(f)
+  doc["annotations"][0]["segmentation"] = [[1, 2, 30, 2, 30, 20]]
+  files["seg"] = _write(root, "seg.json", doc)
+  return files
+
+
+def _read_all(files, out_root: str, join_in_worker: bool) -> None:
+  """One pipeline with one independent ReadCoco branch per case file. Each branch's images,
+  errors and categories are tagged with the case and the kind, then written as JSON lines
+  by one WriteToText (three writes a branch would be most of the pipeline)."""
+  os.makedirs(out_root)
   with TestPipeline("FnApiRunner") as p:
-    out = p | ReadCoco([("train", files[name], files["images"])], drop_background=True,
-                       include_masks=include_masks, join_in_worker=join_in_worker)
-    for kind, pcoll, text in (("images", out.images, repr),
-                              ("errors", out.errors, lambda e: e.to_json()),
-                              ("categories", out.categories, repr)):
-      _ = (pcoll | f"Text[{kind}]" >> beam.Map(text)
-           | f"Write[{kind}]" >> beam.io.WriteToText(os.path.join(out_dir, kind),
-                                                     num_shards=1))
-  results = {}
-  for kind in ("images", "errors", "categories"):
-    [found] = [n for n in os.listdir(out_dir) if n.startswith(kind)]
-    with open(os.path.join(out_dir, found), encoding="utf-8") as f:
-      results[kind] = sorted(f.read().splitlines())
+    lines = []
+    for name, include_masks in CASES:
+      out = p | f"Read[{name}]" >> ReadCoco([("train", files[name], files["images"])],
+                                            drop_background=True, include_masks=include_masks,
+                                            join_in_worker=join_in_worker)
+      for kind, pcoll, text in (("images", out.images, repr),
+                                ("errors", out.errors, lambda e: e.to_json()),
+                                ("categories", out.categories, repr)):
+        lines.append(pcoll | f"Text[{name}][{kind}]" >> beam.Map(
+            lambda value, case=name, kind=kind, text=text: json.dumps([case, kind, text(value)])))
+    _ = (tuple(lines) | "AllLines" >> beam.Flatten()
+         | "Write" >> beam.io.WriteToText(os.path.join(out_root, "lines"), num_shards=1))
+
+
+def _results(out_root: str) -> dict:
+  """{case: {'images': [...], 'errors': [...], 'categories': [...]}}, sorted text lines."""
+  results = {name: {"images": [], "errors": [], "categories": []} for name, _ in CASES}
+  [found] = [n for n in os.listdir(out_root) if n.startswith("lines")]
+  with open(os.path.join(out_root, found), encoding="utf-8") as f:
+    for line in f.read().splitlines():
+      name, kind, text = json.loads(line)
+      results[name][kind].append(text)
+  for kinds in results.values():
+    for lines in kinds.values():
+      lines.sort()
   return results
+
+
+def _build_files(target) -> None:
+  os.makedirs(str(target))
+  files = _coco_files(str(target))
+  with open(os.path.join(str(target), "files.json"), "w", encoding="utf-8") as f:
+    json.dump(files, f)
+
+
+def _build_join(files: dict, join_in_worker: bool):
+  """Both joins' outputs of every case, one pipeline a join. The in-worker one also records
+  the files it read with fast_sections and with ijson's stream_sections (wrappers that call
+  the real functions, so the records are unchanged)."""
+  def build(target) -> None:
+    root = str(target)
+    if not join_in_worker:
+      _read_all(files, root, join_in_worker=False)
+      return
+    from beam_tfrecord.sources.coco import workers
+    calls = {"fast": [], "streamed": []}
+    real_fast, real_stream = workers.fast_sections, workers.stream_sections
+    name_of = lambda f: (os.path.realpath(f.name) if isinstance(getattr(f, "name", None), str)
+                         else repr(type(f)))
+    with pytest.MonkeyPatch.context() as mp:
+      mp.setattr(workers, "fast_sections",
+                 lambda f, *a, **k: calls["fast"].append(name_of(f)) or real_fast(f, *a, **k))
+      mp.setattr(workers, "stream_sections", lambda f, *a, **k: calls["streamed"].append(
+          name_of(f)) or real_stream(f, *a, **k))
+      _read_all(files, root, join_in_worker=True)
+    with open(os.path.join(root, "calls.json"), "w", encoding="utf-8") as f:
+      json.dump(calls, f)
+  return build
+
+
+@pytest.fixture(scope="module")
+def joins(shared):
+  """Built once per session across xdist workers (then only read); the two pipelines in
+  opposite orders on odd and even workers, so that two workers build them side by side."""
+  import types
+  with open(os.path.join(str(shared.build("coco_join_files", _build_files)), "files.json"),
+            encoding="utf-8") as f:
+    files = json.load(f)
+  order = [True, False]
+  if int("0" + "".join(c for c in os.environ.get("PYTEST_XDIST_WORKER", "") if c.isdigit())) % 2:
+    order.reverse()
+  roots = {in_worker: str(shared.build(f"coco_join_{'in_worker' if in_worker else 'distributed'}",
+                                       _build_join(files, in_worker)))
+           for in_worker in order}
+  with open(os.path.join(roots[True], "calls.json"), encoding="utf-8") as f:
+    built = json.load(f)
+  by_path = {os.path.realpath(path): name for name, path in files.items()}
+  calls = {kind: [by_path.get(path, path) for path in paths] for kind, paths in built.items()}
+  return types.SimpleNamespace(files=files, fast=calls["fast"], streamed=calls["streamed"],
+                               in_worker=_results(roots[True]),
+                               distributed=_results(roots[False]))
 
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("name", WHOLE + STREAMED)
-def test_both_joins_give_the_same_images_errors_and_categories(tmp_path, name):
-  files = _files(str(tmp_path))
-  in_worker = _read(files, name, join_in_worker=True)
-  distributed = _read(files, name, join_in_worker=False)
+def test_both_joins_give_the_same_images_errors_and_categories(joins, name):
+  in_worker = joins.in_worker[name]
+  distributed = joins.distributed[name]
   assert in_worker == distributed
   if name == "good":  # the file was really read: images, objects, every kind of error
     assert len(in_worker["images"]) == 4
@@ -373,7 +454,7 @@ def test_both_joins_give_the_same_images_errors_and_categories(tmp_path, name):
   elif name == "images_twice":  # both arrays read, as streaming reads them
     assert any("source_id='7'" in line for line in in_worker["images"])
   elif name in ("deep", "deep_entry"):  # the annotation alone is rejected, once
-    good = _read(files, "good", join_in_worker=True)
+    good = joins.in_worker["good"]
     deep = [json.loads(e) for e in in_worker["errors"] if "too_deep" in e]
     assert [(e["level"], e["source"][-15:]) for e in deep] == (
         [] if name == "deep" else [("object", "#annotations[0]")])
@@ -401,13 +482,11 @@ def test_the_in_process_runner_joins_every_file_in_a_worker_whatever_its_size(tm
 
 
 @pytest.mark.e2e
-def test_both_joins_carry_segmentations_alike(tmp_path):
-  files = _files(str(tmp_path))
-  doc = json.load(open(files["good"]))
-  doc["annotations"][0]["segmentation"] = [[1, 2, 30, 2, 30, 20]]
-  files["seg"] = _write(str(tmp_path), "seg.json", doc)
-  assert _read(files, "seg", True, include_masks=True) == _read(files, "seg", False,
-                                                                 include_masks=True)
+def test_both_joins_carry_segmentations_alike(joins):
+  assert joins.in_worker["seg"] == joins.distributed["seg"]
+  # the segmentation was carried (as compact JSON), not dropped by both
+  assert any("segmentation='[[1,2,30,2,30,20]]'" in line
+             for line in joins.in_worker["seg"]["images"])
 
 
 def test_nesting_depth_is_counted_like_the_streaming_parser():
@@ -423,22 +502,16 @@ def test_nesting_depth_is_counted_like_the_streaming_parser():
 @pytest.mark.e2e
 @pytest.mark.parametrize("name", ["good", "truncated", "nan", "images_not_array"])
 def test_the_in_worker_join_streams_with_the_fast_path_and_ijson_where_only_it_can_tell(
-    tmp_path, monkeypatch, name):
+    joins, name):
   """The in-worker join reads a file with fast_sections. Where only ijson can tell (a
   truncated file, NaN), the file is streamed again by ijson and the entries not given yet
   follow. Same records as the distributed join."""
-  from beam_tfrecord.sources.coco import workers as coco
-  files = _files(str(tmp_path))
-  distributed = _read(files, name, join_in_worker=False)
-  fast, streamed = [], []
-  real_fast, real_stream = coco.fast_sections, coco.stream_sections
-  monkeypatch.setattr(coco, "fast_sections",
-                      lambda f, *a, **k: fast.append(type(f)) or real_fast(f, *a, **k))
-  monkeypatch.setattr(coco, "stream_sections",
-                      lambda f, *a, **k: streamed.append(type(f)) or real_stream(f, *a, **k))
-  assert _read(files, name, join_in_worker=True) == distributed
-  assert fast
-  assert bool(streamed) == (name in ("truncated", "nan")), streamed
+  cases = {case for case, _ in CASES}
+  assert set(joins.fast) <= cases and set(joins.streamed) <= cases, (joins.fast, joins.streamed)
+  assert joins.in_worker[name] == joins.distributed[name]
+  assert name in joins.fast
+  streamed = [case for case in joins.streamed if case == name]
+  assert bool(streamed) == (name in STREAMED_AGAIN), joins.streamed
 
 
 # =============================================================================================
