@@ -62,24 +62,39 @@ def _dataset(tmp_path, rows: int = 600, seed: int = 7) -> Tuple[str, dict, List[
   return str(path), expected, bad
 
 
-def _run(inputs, tmp_path, name: str, **options) -> Tuple[List[str], List[str], int]:
-  """(sorted image reprs, sorted error JSON lines, parts read) of ReadCsv on the FnApiRunner."""
+def _run_many(runs, tmp_path, name: str) -> Dict[str, Tuple[List[str], List[str], int]]:
+  """{run: (sorted image reprs, sorted error JSON lines, parts read)} of ReadCsv on the
+  FnApiRunner, for runs [(run, inputs, options)]: one pipeline holding one independent
+  ReadCsv branch per run (parts read counted by the branch's steps), one write of them all."""
+  import json
   out_dir = str(tmp_path / f"out-{name}")
   p = beam.Pipeline("FnApiRunner")
-  out = p | csv_source.ReadCsv(inputs, **options)
-  for kind, pcoll, text in (("images", out.images, repr),
-                            ("errors", out.errors, lambda e: e.to_json())):
-    _ = (pcoll | f"Text[{kind}]" >> beam.Map(text)
-         | f"Write[{kind}]" >> beam.io.WriteToText(os.path.join(out_dir, kind), num_shards=1))
+  lines = []
+  for run, inputs, options in runs:
+    out = p | f"Read[{run}]" >> csv_source.ReadCsv(inputs, **options)
+    for kind, pcoll, text in (("images", out.images, repr),
+                              ("errors", out.errors, lambda e: e.to_json())):
+      lines.append(pcoll | f"Text[{run}][{kind}]" >> beam.Map(
+          lambda value, run=run, kind=kind, text=text: json.dumps([run, kind, text(value)])))
+  _ = (tuple(lines) | "AllLines" >> beam.Flatten()
+       | "Write" >> beam.io.WriteToText(os.path.join(out_dir, "lines"), num_shards=1))
   result = p.run()
   result.wait_until_finish()
   counters = result.metrics().query(MetricsFilter().with_name("parts_read"))["counters"]
-  found = {}
-  for kind in ("images", "errors"):
-    [file_name] = [n for n in os.listdir(out_dir) if n.startswith(kind)]
-    with open(os.path.join(out_dir, file_name), encoding="utf-8") as f:
-      found[kind] = sorted(f.read().splitlines())
-  return found["images"], found["errors"], sum(c.committed for c in counters)
+  found = {run: {"images": [], "errors": []} for run, _, _ in runs}
+  [file_name] = [n for n in os.listdir(out_dir) if n.startswith("lines")]
+  with open(os.path.join(out_dir, file_name), encoding="utf-8") as f:
+    for line in f.read().splitlines():
+      run, kind, text = json.loads(line)
+      found[run][kind].append(text)
+  return {run: (sorted(found[run]["images"]), sorted(found[run]["errors"]),
+                sum(c.committed for c in counters if c.key.step.startswith(f"Read[{run}]/")))
+          for run, _, _ in runs}
+
+
+def _run(inputs, tmp_path, name: str, **options) -> Tuple[List[str], List[str], int]:
+  """(sorted image reprs, sorted error JSON lines, parts read) of ReadCsv on the FnApiRunner."""
+  return _run_many([(name, inputs, options)], tmp_path, name)[name]
 
 
 def _header_end(path: str) -> int:
@@ -96,8 +111,10 @@ def test_a_big_csv_is_read_in_several_ranges_with_the_unsplit_result(tmp_path, s
   path, expected, bad = _dataset(tmp_path)
   size = os.path.getsize(path)
   inputs = [("train", path, str(tmp_path))]
-  whole_images, whole_errors, whole_parts = _run(inputs, tmp_path, "whole")
-  images, errors, parts = _run(inputs, tmp_path, f"split{split_bytes}", split_bytes=split_bytes)
+  runs = _run_many([("whole", inputs, {}),
+                    ("split", inputs, {"split_bytes": split_bytes})], tmp_path, "both")
+  whole_images, whole_errors, whole_parts = runs["whole"]
+  images, errors, parts = runs["split"]
   ranges = list(OffsetRange(_header_end(path), size).split(split_bytes))
   assert whole_parts == 1 and parts == len(ranges) > 5  # really split, each range read once
   assert (images, errors) == (whole_images, whole_errors)
@@ -116,10 +133,13 @@ def test_a_big_csv_is_read_in_several_ranges_with_the_unsplit_result(tmp_path, s
 def test_the_in_process_join_gives_the_distributed_result(tmp_path):
   path, expected, bad = _dataset(tmp_path, rows=300)
   inputs = [("train", path, str(tmp_path))]
+  runs = _run_many([(f"{kind}{split_bytes}", inputs, dict(split_bytes=split_bytes, **options))
+                    for split_bytes in (900, csv_source.SPLIT_BYTES)
+                    for kind, options in (("d", {}), ("j", {"in_process": True}))],
+                   tmp_path, "all")
   for split_bytes in (900, csv_source.SPLIT_BYTES):
-    distributed = _run(inputs, tmp_path, f"d{split_bytes}", split_bytes=split_bytes)[:2]
-    joined = _run(inputs, tmp_path, f"j{split_bytes}", split_bytes=split_bytes,
-                  in_process=True)[:2]
+    distributed = runs[f"d{split_bytes}"][:2]
+    joined = runs[f"j{split_bytes}"][:2]
     assert joined == distributed
     assert (len(joined[0]), len(joined[1])) == (len(expected), len(bad))
 
@@ -284,11 +304,14 @@ def test_a_quoted_line_break_is_read_in_a_small_file_and_reported_in_a_big_one(t
   path = tmp_path / "q.csv"
   path.write_text("\n".join(lines) + "\n")
   inputs = [(None, str(path), str(tmp_path))]
-  images, errors, _ = _run(inputs, tmp_path, "small")
+  runs = _run_many([("small", inputs, {}), ("big", inputs, {"split_bytes": 200}),
+                    ("big-joined", inputs, {"split_bytes": 200, "in_process": True})],
+                   tmp_path, "all")
+  images, errors, _ = runs["small"]
   assert errors == []
   assert any("label='two\\nlines'" in image for image in images)
 
-  images, errors, parts = _run(inputs, tmp_path, "big", split_bytes=200)
+  images, errors, parts = runs["big"]
   assert parts > 1
   import json
   errors = [json.loads(e) for e in errors]
@@ -299,7 +322,7 @@ def test_a_quoted_line_break_is_read_in_a_small_file_and_reported_in_a_big_one(t
   assert sorted(by_key) == ["a.jpg", "c.jpg", "d.jpg"]  # no box from the broken record
   assert by_key["d.jpg"].count("ObjectAnnotation(") == 38
   # the in-process join reads a big file as its ranges are read
-  assert _run(inputs, tmp_path, "big-joined", split_bytes=200, in_process=True)[:2] == (
+  assert runs["big-joined"][:2] == (
       images, sorted(json.dumps(e, ensure_ascii=False, sort_keys=True) for e in errors))
 
 
@@ -312,14 +335,17 @@ def test_looks_normalized_is_decided_once_per_file_over_every_range(tmp_path):
   path = tmp_path / "n.csv"
   path.write_text(HEADER + "\n" + "\n".join(rows) + "\n")
   inputs = [(None, str(path), str(tmp_path))]
-  for name, options in (("whole", {}), ("split", {"split_bytes": 300}),
-                        ("joined", {"split_bytes": 300, "in_process": True})):
-    _, errors, _ = _run(inputs, tmp_path, name, **options)
+  runs = _run_many([("whole", inputs, {}), ("split", inputs, {"split_bytes": 300}),
+                    ("joined", inputs, {"split_bytes": 300, "in_process": True}),
+                    ("option", inputs, {"split_bytes": 300, "normalized": True})],
+                   tmp_path, "all")
+  for name in ("whole", "split", "joined"):
+    _, errors, _ = runs[name]
     [warning] = [ErrorRecord(**__import__("json").loads(e)) for e in errors]
     assert (warning.reason, warning.source, warning.level) == (
         "looks_normalized", str(path), "warning")
     assert "all 120 boxes" in warning.message
-  _, errors, _ = _run(inputs, tmp_path, "option", split_bytes=300, normalized=True)
+  _, errors, _ = runs["option"]
   assert errors == []
 
 
@@ -332,9 +358,11 @@ def test_a_big_file_with_a_bad_header_is_one_file_error(tmp_path, data, reason):
   path = tmp_path / "h.csv"
   path.write_bytes(data)
   inputs = [(None, str(path), str(tmp_path))]
-  results = [_run(inputs, tmp_path, name, **options)[:2]
-             for name, options in (("whole", {}), ("split", {"split_bytes": 100}),
-                                   ("joined", {"split_bytes": 100, "in_process": True}))]
+  runs = _run_many([(name, inputs, options)
+                    for name, options in (("whole", {}), ("split", {"split_bytes": 100}),
+                                          ("joined", {"split_bytes": 100, "in_process": True}))],
+                   tmp_path, "all")
+  results = [runs[name][:2] for name in ("whole", "split", "joined")]
   assert results[0] == results[1] == results[2]
   images, [error] = results[0]
   import json
@@ -345,8 +373,10 @@ def test_a_big_file_with_a_bad_header_is_one_file_error(tmp_path, data, reason):
 
 def test_a_missing_file_is_unreadable_in_every_path(tmp_path):
   inputs = [(None, str(tmp_path / "gone.csv"), str(tmp_path))]
-  for name, options in (("d", {"split_bytes": 10}), ("j", {"in_process": True})):
-    images, [error], _ = _run(inputs, tmp_path, name, **options)
+  runs = _run_many([("d", inputs, {"split_bytes": 10}), ("j", inputs, {"in_process": True})],
+                   tmp_path, "all")
+  for name in ("d", "j"):
+    images, [error], _ = runs[name]
     assert images == [] and '"reason": "unreadable"' in error
 
 
@@ -358,9 +388,11 @@ def test_a_big_roboflow_file_keeps_unlisted_images_as_backgrounds(tmp_path):
   path = folder / "_annotations.csv"
   path.write_text(HEADER + "\n" + "a.jpg,64,48,cat,1,2,3,4\n" * 30 + "b.jpg,64,48,,,,,\n")
   inputs = [("train", str(path), str(folder))]
-  results = [_run(inputs, tmp_path, name, **options)[:2]
-             for name, options in (("whole", {}), ("split", {"split_bytes": 150}),
-                                   ("joined", {"split_bytes": 150, "in_process": True}))]
+  runs = _run_many([(name, inputs, options)
+                    for name, options in (("whole", {}), ("split", {"split_bytes": 150}),
+                                          ("joined", {"split_bytes": 150, "in_process": True}))],
+                   tmp_path, "all")
+  results = [runs[name][:2] for name in ("whole", "split", "joined")]
   assert results[0] == results[1] == results[2]
   images, errors = results[0]
   assert errors == [] and [image.split("key='")[1].split("'")[0] for image in images] == [
@@ -375,8 +407,10 @@ def test_a_big_classification_listing_gives_image_labels(tmp_path):
   path = tmp_path / "l.csv"
   path.write_text("filename,class,split\n" + "\n".join(rows) + "\n")
   inputs = [(None, str(path), str(tmp_path))]
-  whole = _run(inputs, tmp_path, "whole")[:2]
-  assert _run(inputs, tmp_path, "split", split_bytes=120)[:2] == whole
+  runs = _run_many([("whole", inputs, {}), ("split", inputs, {"split_bytes": 120})],
+                   tmp_path, "all")
+  whole = runs["whole"][:2]
+  assert runs["split"][:2] == whole
   images, errors = whole
   assert errors == [] and len(images) == 10 and all("labels=(" in i for i in images)
 
@@ -406,9 +440,12 @@ def test_an_image_over_the_bound_is_one_error_in_every_path(tmp_path):
   path = folder / "_annotations.csv"
   path.write_text(HEADER + "\n" + "\n".join(rows) + "\n")
   inputs = [("train", str(path), str(folder))]
-  results = [_run(inputs, tmp_path, name, **options)[:2]
-             for name, options in (("whole", {}), ("split", {"split_bytes": 1 << 16}),
-                                   ("joined", {"split_bytes": 1 << 16, "in_process": True}))]
+  runs = _run_many([(name, inputs, options)
+                    for name, options in (
+                        ("whole", {}), ("split", {"split_bytes": 1 << 16}),
+                        ("joined", {"split_bytes": 1 << 16, "in_process": True}))],
+                   tmp_path, "all")
+  results = [runs[name][:2] for name in ("whole", "split", "joined")]
   assert results[0] == results[1] == results[2]
   images, errors = results[0]
   [error] = [json.loads(e) for e in errors]
