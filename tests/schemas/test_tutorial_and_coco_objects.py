@@ -81,11 +81,17 @@ def _convert_tutorial(classified, name, *extra):
   return run
 
 
+@pytest.fixture(scope="module")
+def tutorial_run(classified):
+  """The plain --schema tutorial conversion, made once; the tests only read it."""
+  return _convert_tutorial(classified, "out")
+
+
 @pytest.mark.e2e
-def test_tutorial_read_back_with_its_feature_description(classified):
+def test_tutorial_read_back_with_its_feature_description(classified, tutorial_run):
   import tensorflow as tf
   root, images, _ = classified
-  run = _convert_tutorial(classified, "out")
+  run = tutorial_run
   files = _files(run.output)
   records = list(tf.data.TFRecordDataset(files).as_numpy_iterator())
   assert all(_keys(r) == TUTORIAL_KEYS for r in records)  # exactly the five keys
@@ -109,7 +115,7 @@ def test_tutorial_read_back_with_its_feature_description(classified):
 
 
 @pytest.mark.e2e
-def test_tutorial_with_tf1_names(classified):
+def test_tutorial_with_tf1_names(classified, tutorial_run):
   """--feature-names depth=channels,image_raw=image: the TF1 writers' keys; the manifest (and
   so reader.load) has the final names."""
   import tensorflow as tf
@@ -121,7 +127,7 @@ def test_tutorial_with_tf1_names(classified):
           "label": tf.io.FixedLenFeature([], tf.int64),
           "image": tf.io.FixedLenFeature([], tf.string)}
   tf1 = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(files)]
-  plain = read_like_the_tutorial(_files(_convert_tutorial(classified, "plain").output))
+  plain = read_like_the_tutorial(_files(tutorial_run.output))
   assert len(tf1) == len(plain) == 5
   for new, old in zip(tf1, plain):
     assert new["image"].numpy() == old["image_raw"] and new["channels"] == old["depth"]
@@ -139,9 +145,9 @@ def test_bad_feature_names_are_usage_errors(classified, tmp_path, capsys, names)
 
 
 @pytest.mark.e2e
-def test_tutorial_is_deterministic(classified):
-  first = _convert_tutorial(classified, "again-1")
-  second = _convert_tutorial(classified, "again-2")
+def test_tutorial_is_deterministic(classified, tutorial_run):
+  first = tutorial_run  # and a second conversion of the same input
+  second = _convert_tutorial(classified, "again")
   names = [os.path.basename(f) for f in _files(first.output)]
   assert names == [os.path.basename(f) for f in _files(second.output)]
   for name in names:
@@ -359,13 +365,13 @@ def test_every_registered_schema_takes_feature_names(option):
 
 
 @pytest.mark.e2e
-def test_verify_and_summary_for_per_object_and_tutorial_outputs(coco_objects_run, classified,
+def test_verify_and_summary_for_per_object_and_tutorial_outputs(coco_objects_run, tutorial_run,
                                                                  dataset):
   """`verify` reads each schema through the manifest's features; the summary counts records
   (not images) when a schema writes one record per object."""
   from beam_tfrecord.finalize import output as outputs
   from beam_tfrecord.readback import verify
-  for run in (coco_objects_run, _convert_tutorial(classified, "verified")):
+  for run in (coco_objects_run, tutorial_run):
     total, problems, _ = verify.check(run.output)
     assert problems == [] and total == run.manifest["totals"]["examples"]
   totals = coco_objects_run.manifest["totals"]
