@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import bad_data as bd
 import pytest
@@ -86,12 +87,29 @@ def _convert(dataset, output, *extra, fmt="coco"):
   return bd.convert([f"--format={fmt}", *dataset.inputs(fmt), "--output", str(output), *extra])
 
 
+CUSTOM_NAMED = ("--records-per-shard=5",
+                "--shard-name-template={split}_{index:02d}of{num_shards}-{count}.tfrec")
+
+
+@pytest.fixture(scope="module")
+def custom_named(dataset, tmp_path_factory):
+  """A run with --records-per-shard and a custom template, made once: the tests read it, or
+  change a copy of it."""
+  output = tmp_path_factory.mktemp("naming") / "out"
+  return _convert(dataset, output, *CUSTOM_NAMED)
+
+
+def _copy(run, output):
+  import shutil
+  shutil.copytree(run.output, output, symlinks=True)
+  return output
+
+
 @pytest.mark.e2e
-def test_records_per_shard_and_template_fields(dataset, tmp_path):
-  template = "{split}_{index:02d}of{num_shards}-{count}.tfrec"
-  run = _convert(dataset, tmp_path / "out", "--records-per-shard=5",
-                 f"--shard-name-template={template}")
+def test_records_per_shard_and_template_fields(dataset, custom_named):
+  run = custom_named
   assert run.code == 0
+  out = Path(run.output)
   per_split = {s: sum(1 for im in dataset.images if im.split == s) for s in dataset.splits}
   expected_files = set()
   for split, total in per_split.items():
@@ -99,58 +117,57 @@ def test_records_per_shard_and_template_fields(dataset, tmp_path):
     names = [f"{split}_{i:02d}of{len(counts)}-{c}.tfrec" for i, c in enumerate(counts)]
     assert [s["path"] for s in run.manifest["splits"][split]["shards"]] == names
     for name, count in zip(names, counts):
-      records = read_shard(tmp_path / "out" / name)
+      records = read_shard(out / name)
       assert len(records) == count
     expected_files.update(names)
-  on_disk = {f for f in os.listdir(tmp_path / "out") if f.endswith(".tfrec")}
+  on_disk = {f for f in os.listdir(out) if f.endswith(".tfrec")}
   assert on_disk == expected_files
-  assert not [f for f in os.listdir(tmp_path / "out") if f.startswith(".")]
+  assert not [f for f in os.listdir(out) if f.startswith(".")]
   assert len(run.examples) == len(dataset.images)  # reader.load follows the manifest
   # the run owns its custom-named shards: listed in the manifest, moved by the commit
   assert expected_files <= set(run.manifest["files"])
   from beam_tfrecord.readback import verify
-  assert verify.check(str(tmp_path / "out"))[1] == []
+  assert verify.check(str(out))[1] == []
 
 
 @pytest.mark.e2e
-def test_verify_knows_custom_names_and_still_finds_strays(dataset, tmp_path):
-  output = tmp_path / "out"
-  template = "{split}_{index:02d}-{count}.rec"
-  assert _convert(dataset, output, "--num-shards=2", f"--shard-name-template={template}"
-                  ).code == 0
+def test_verify_knows_custom_names_and_still_finds_strays(custom_named, tmp_path):
+  assert custom_named.code == 0
+  output = _copy(custom_named, tmp_path / "out")  # custom names: {split}_{index:02d}of...
   from beam_tfrecord.readback import verify
   assert verify.check(str(output))[1] == []
   (output / "train-00000-of-00002.tfrecord").write_bytes(b"")  # a default-named stray
-  (output / "val_07-3.rec").write_bytes(b"")                  # one named like ours
+  (output / "val_07of9-3.tfrec").write_bytes(b"")              # one named like ours
   problems = verify.check(str(output))[1]
   assert sorted(p.split(":")[0] for p in problems) == ["train-00000-of-00002.tfrecord",
-                                                       "val_07-3.rec"]
+                                                       "val_07of9-3.tfrec"]
   assert all("stray record file" in p for p in problems)
 
 
 @pytest.mark.e2e
-def test_overwrite_replaces_custom_named_shards(dataset, tmp_path):
+def test_overwrite_replaces_custom_named_shards(dataset, custom_named, tmp_path):
   """--overwrite removes what the previous manifest lists, custom names included."""
-  output = tmp_path / "out"
-  assert _convert(dataset, output, "--num-shards=3",
-                  "--shard-name-template={split}.{index}.rec").code == 0
-  first = {f for f in os.listdir(output) if f.endswith(".rec")}
-  assert len(first) == 6
+  assert custom_named.code == 0
+  output = _copy(custom_named, tmp_path / "out")
+  first = {f for f in os.listdir(output) if f.endswith(".tfrec")}
+  assert len(first) == sum(len(s["shards"]) for s in custom_named.manifest["splits"].values())
+  assert len(first) > 2
   run = _convert(dataset, output, "--num-shards=1", "--overwrite")
   assert run.code == 0
-  assert not {f for f in os.listdir(output) if f.endswith(".rec")}
+  assert not {f for f in os.listdir(output) if f.endswith(".tfrec")}
   from beam_tfrecord.readback import verify
   assert verify.check(str(output))[1] == []
 
 
 @pytest.mark.e2e
-def test_records_per_shard_output_is_deterministic(dataset, tmp_path):
-  args = ("--records-per-shard=4", "--shard-name-template={split}-{index}-{count}.rec")
-  first, second = (_convert(dataset, tmp_path / name, *args) for name in ("a", "b"))
-  files = sorted(f for f in os.listdir(tmp_path / "a") if f.endswith(".rec"))
-  assert files == sorted(f for f in os.listdir(tmp_path / "b") if f.endswith(".rec"))
+def test_records_per_shard_output_is_deterministic(dataset, custom_named, tmp_path):
+  first = Path(custom_named.output)  # and a second run of the same arguments
+  second = tmp_path / "b"
+  assert _convert(dataset, second, *CUSTOM_NAMED).code == 0
+  files = sorted(f for f in os.listdir(first) if f.endswith(".tfrec"))
+  assert files and files == sorted(f for f in os.listdir(second) if f.endswith(".tfrec"))
   for name in files:
-    assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert (first / name).read_bytes() == (second / name).read_bytes()
 
 
 @pytest.mark.parametrize("template,extra", [
