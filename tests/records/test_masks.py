@@ -155,16 +155,16 @@ def test_without_include_masks_no_mask_and_no_segmentation_carried(tmp_path):
 
   from beam_tfrecord.sources.coco import ReadCoco
   annotations = make_coco(tmp_path / "data")
-  for include in (False, True):
-    with TestPipeline("FnApiRunner") as p:
-      out = p | ReadCoco([(None, str(annotations), str(tmp_path / "data" / "images"))],
-                         include_masks=include)
-      carried = out.images | beam.FlatMap(lambda a: [o.segmentation is not None
-                                                     for o in a.objects])
+  with TestPipeline("FnApiRunner") as p:  # one independent branch each way
+    for include in (False, True):
+      out = p | f"Read[{include}]" >> ReadCoco(
+          [(None, str(annotations), str(tmp_path / "data" / "images"))], include_masks=include)
+      carried = out.images | f"Carried[{include}]" >> beam.FlatMap(
+          lambda a: [o.segmentation is not None for o in a.objects])
 
       def check(values, include=include):
         assert len(values) == 6 and set(values) == ({True, False} if include else {False})
-      assert_that(carried, check)
+      assert_that(carried, check, label=f"Check[{include}]")
   run = bad_data.convert(["--format=coco", f"--input={annotations}",
                           f"--images={annotations.parent / 'images'}",
                           "--output", str(tmp_path / "out")])
