@@ -199,17 +199,22 @@ def run_append(config: ConvertConfig, beam_args, argv, break_lock: bool = False)
   return EXIT_OK
 
 
+# what deploy/cron/beam-tfrecord-cron.sh keeps in DEST: its flock file and its log folder
+CRON_NAMES = (".lock", "logs")
+
+
 def check_destination(dest: str) -> None:
   """UsageError (one line, before anything is created) unless DEST is missing, empty or a
-  versioned output: only LATEST, versions/ and our own hidden names. A directory of anything
-  else (`--append --output ~/`) is not ours to hold versions in, as a plain convert refuses."""
+  versioned output: only LATEST, versions/, our own hidden names and the cron wrapper's
+  (CRON_NAMES). A directory of anything else (`--append --output ~/`) is not ours to hold
+  versions in, as a plain convert refuses."""
   from beam_tfrecord.finalize import output as outputs
   from beam_tfrecord.storage.layout import OWN_PREFIX
   names = outputs.entries(dest)
   if outputs.MANIFEST in names:
     raise UsageError(f"--append: {dest} holds an ordinary output (manifest.json); a versioned "
                      "output needs a directory of its own (DEST/versions/, DEST/LATEST)")
-  foreign = [n for n in names if n not in (versions.LATEST, versions.VERSIONS)
+  foreign = [n for n in names if n not in (versions.LATEST, versions.VERSIONS) + CRON_NAMES
              and not n.startswith(OWN_PREFIX)]
   if foreign:
     shown = ", ".join(foreign[:10]) + (f" and {len(foreign) - 10} more"

@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
 # Scheduled beam-tfrecord conversion, for cron. Each run is one versioned conversion,
-#   beam-tfrecord convert CONVERT-OPTIONS --append --output DEST --keep K [--compact]
+#   beam-tfrecord convert CONVERT-OPTIONS --append --output DEST --keep K --retain-hours H
+#                         [--compact]
 # which makes or extends DEST:
 #   DEST/LATEST              a one-line file, e.g. `versions/00000003`: the published version
 #   DEST/versions/00000003/  shards, label_map.pbtxt, manifest.json, errors-*.jsonl
 # The tool compares the sources with LATEST's version, appends added images as new shards,
 # shares unchanged shards with the version before (hard links), checks the new version and
 # only then writes LATEST; unchanged sources publish nothing (logged as skipped). It keeps the
-# newest K versions (always LATEST's). A killed or failed run leaves LATEST as it was.
+# newest K versions (always LATEST's), and any that was LATEST less than H hours ago (a
+# training job may still read it). A killed or failed run leaves LATEST as it was.
 # Runs of this wrapper never overlap (flock on DEST/.lock: a second one logs "already running"
 # and exits 0; so does a run that finds DEST locked by another live conversion).
 # A DEST made by the earlier wrapper (LATEST a symlink to versions/<date>) is taken over: the
 # symlink is removed (never followed), the next version is a full conversion, and the old
 # dated versions are left for you to delete.
 #
-#   beam-tfrecord-cron.sh --dest DIR [--keep K] [--log FILE] [--full] -- CONVERT-OPTIONS...
+#   beam-tfrecord-cron.sh --dest DIR [--keep K] [--retain-hours H] [--log FILE] [--full]
+#                         -- CONVERT-OPTIONS...
 #
 #   CONVERT-OPTIONS  everything `beam-tfrecord convert` takes except --output, --overwrite,
-#                    --append, --keep, --plan-from, --incremental and --if-changed, Beam
+#                    --append, --keep, --retain-hours, --plan-from, --incremental and
+#                    --if-changed, Beam
 #                    options included, e.g. --format coco --input train=/data/train.json ...
 #   --dest DIR       the versioned output (a local directory)
 #   --keep K         versions to keep (default 5)
+#   --retain-hours H never delete a version LATEST less than H hours ago (default 24)
 #   --log FILE       append the log here (default DEST/logs/cron.log)
 #   --full           a full version with a fresh shard plan (convert --compact)
 #   --force          the same as --full (kept for old crontabs)
@@ -32,13 +37,15 @@ set -uo pipefail
 
 usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "$0" | sed '/^set /d' >&2; exit 2; }
 
-DEST="" KEEP=5 LOG="" FULL=0
+DEST="" KEEP=5 RETAIN=24 LOG="" FULL=0
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --dest) DEST="$2"; shift 2 ;;
     --dest=*) DEST="${1#*=}"; shift ;;
     --keep) KEEP="$2"; shift 2 ;;
     --keep=*) KEEP="${1#*=}"; shift ;;
+    --retain-hours) RETAIN="$2"; shift 2 ;;
+    --retain-hours=*) RETAIN="${1#*=}"; shift ;;
     --log) LOG="$2"; shift 2 ;;
     --log=*) LOG="${1#*=}"; shift ;;
     --full|--force) FULL=1; shift ;;
@@ -52,9 +59,10 @@ case "$DEST" in *://*)
   echo "beam-tfrecord-cron: --dest must be a local directory (flock); for $DEST run" \
        "\`beam-tfrecord convert --append\` itself" >&2; exit 2 ;; esac
 case "$KEEP" in ''|*[!0-9]*|0) echo "beam-tfrecord-cron: --keep must be a positive number" >&2; exit 2 ;; esac
+case "$RETAIN" in ''|*[!0-9.]*|*.*.*) echo "beam-tfrecord-cron: --retain-hours must be a number of hours" >&2; exit 2 ;; esac
 # The wrapper sets these. convert accepts abbreviations (--out for --output), so any option
 # that a refused name starts with is refused too.
-SET_BY_WRAPPER=(output overwrite append keep plan-from incremental if-changed)
+SET_BY_WRAPPER=(output overwrite append keep retain-hours plan-from incremental if-changed)
 for arg in "$@"; do
   case "$arg" in --?*) ;; *) continue ;; esac
   name="${arg%%=*}"
@@ -144,9 +152,10 @@ fi
 COMPACT=()
 [ "$FULL" = 1 ] && COMPACT=(--compact)
 before="$(latest)"
-log "run: ${TOOL[*]} convert $* --append --output $DEST --keep $KEEP ${COMPACT[*]}"
+log "run: ${TOOL[*]} convert $* --append --output $DEST --keep $KEEP --retain-hours $RETAIN ${COMPACT[*]}"
 offset="$(wc -c <"$LOG")"
-run "${TOOL[@]}" convert "$@" --append --output "$DEST" --keep "$KEEP" "${COMPACT[@]}"
+run "${TOOL[@]}" convert "$@" --append --output "$DEST" --keep "$KEEP" \
+  --retain-hours "$RETAIN" "${COMPACT[@]}"
 status=$?
 said="$(tail -c "+$((offset + 1))" -- "$LOG")"  # what the conversion printed
 if [ "$status" -ne 0 ]; then

@@ -49,7 +49,9 @@ def make_setup(tmp_path: Path, count: int):
   dest = tmp_path / "dest"
   env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2",
              BEAM_TFRECORD=f"{sys.executable} {tool}", SLOW_MARK=str(tmp_path / "reading"))
-  args = ["--dest", str(dest), "--keep", "2", "--", *convert_options(data)]
+  # retention 0: these runs follow each other in seconds, not nights
+  args = ["--dest", str(dest), "--keep", "2", "--retain-hours", "0", "--",
+          *convert_options(data)]
   return data, dest, env, args, tmp_path / "reading"
 
 
@@ -319,7 +321,8 @@ def test_the_wrapper_refuses_what_it_sets(tmp_path):
   before anything is made."""
   dest = tmp_path / "dest"
   for bad in (["--output", "x"], ["--output=x"], ["--out", "x"], ["--overwrite"],
-              ["--append"], ["--keep", "3"], ["--keep=3"], ["--plan-from", "x"],
+              ["--append"], ["--keep", "3"], ["--keep=3"], ["--retain-hours", "1"],
+              ["--plan-from", "x"],
               ["--plan-from=x"], ["--incremental"], ["--if-changed"]):
     proc = subprocess.run(["bash", str(WRAPPER), "--dest", str(dest), "--", "--format", "csv",
                            *bad], capture_output=True, text=True, timeout=30)
