@@ -281,7 +281,7 @@ EXAMPLES = {  # a realistic value per template parameter
     "overwrite": "true",
     "if_changed": "true", "plan_from": "gs://demo-bucket/tfrecords/coco2017-v1",
     "incremental": "true",
-    "append": "true", "keep": "5", "compact": "true",
+    "append": "true", "keep": "5", "retain_hours": "0.5", "compact": "true",
     "feature_names": "image_raw=image,depth=channels",
     "include_masks": "true",
     "max_side": "640",
@@ -331,7 +331,7 @@ def test_regexes_reject_bad_values():
             ["parameters"]}
   bad = {"format": "labelme2", "layout": "nested", "dataset_name": "My-Name", "output": "/local/dir", "input": "train=/local/x.json",
          "num_shards": "0", "shard_size_mb": "-5", "bbox_policy": "keep", "overwrite": "yes",
-         "append": "yes", "keep": "-1", "compact": "1"}
+         "append": "yes", "keep": "-1", "retain_hours": "-2", "compact": "1"}
   for name, value in bad.items():
     assert not all(re.fullmatch(r, value) for r in params[name]["regexes"]), (name, value)
 

@@ -109,6 +109,14 @@ def test_gs_to_gs_equals_local(emulator, tmp_path, capsys):
   # twin; the gs:// output equals it byte for byte.
   assert cli.main(["verify", local_out]) == 0
 
+  # --writer-processes N asked for explicitly is used for gs:// too: the writers read and
+  # write through Beam's GCS filesystem (the emulator's address comes with the environment)
+  writers = f"gs://{BUCKET}/tfrecords/writers"
+  assert _convert(gs_data, writers, "--writer-processes", "2") == 0
+  written = _read_tree(writers)
+  shards = sorted(n for n in want if n.endswith(".tfrecord"))
+  assert shards and [written[n] for n in shards] == [want[n] for n in shards]
+
   # --if-changed on gs://: listing through FileSystems.match sees nothing new -> skipped;
   # an image re-uploaded (new size and update time) -> converted again.
   capsys.readouterr()
@@ -176,21 +184,6 @@ def test_gs_manifest_listing_names_outside_the_output_deletes_nothing(emulator, 
     err = capsys.readouterr().err
     assert "plain names" in err and len(err.strip().splitlines()) == 1, err
     assert _read_tree(f"gs://{BUCKET}/tfrecords") == before, entry
-
-
-def test_writer_processes_on_gs_write_the_same_shards(emulator, tmp_path):
-  """--writer-processes N asked for explicitly is used for gs:// too: the writers read and
-  write through Beam's GCS filesystem (the emulator's address comes with the environment)."""
-  local = str(tmp_path / "data")
-  sample.make_dataset(local, count=12)
-  gs_data = f"gs://{BUCKET}/datasets/writers"
-  _upload(local, gs_data)
-  local_out, gs_out = str(tmp_path / "out"), f"gs://{BUCKET}/tfrecords/writers"
-  assert _convert(local, local_out) == 0
-  assert _convert(gs_data, gs_out, "--writer-processes", "2") == 0
-  want, got = _read_tree(local_out), _read_tree(gs_out)
-  shards = sorted(n for n in want if n.endswith(".tfrecord"))
-  assert shards and [got[n] for n in shards] == [want[n] for n in shards]
 
 
 def test_gs_reads_are_whole_objects_or_errors(emulator):
