@@ -45,13 +45,15 @@ def test_spill_and_shuffle_and_multi_processing_write_the_same_bytes(dataset, tm
   spilled = _convert(dataset, tmp_path / "spill", *extra)
   shuffled = _convert(dataset, tmp_path / "shuffle", *extra, spill=False,
                       monkeypatch=monkeypatch)
-  multi = _convert(dataset, tmp_path / "multi", *extra, "--runner=DirectRunner",
-                   "--direct_running_mode=multi_processing", "--direct_num_workers=2")
-  assert spilled.code == shuffled.code == multi.code == 0
+  runs = [spilled, shuffled]
+  if "--schema=coco-objects" in extra:  # multi_processing once, on the plan with most parts
+    runs.append(_convert(dataset, tmp_path / "multi", *extra, "--runner=DirectRunner",
+                         "--direct_running_mode=multi_processing", "--direct_num_workers=2"))
+  assert [r.code for r in runs] == [0] * len(runs)
   a = _shards(spilled.output)
   assert len(a) >= 2
-  assert a == _shards(shuffled.output) == _shards(multi.output)
-  assert spilled.manifest["totals"] == shuffled.manifest["totals"] == multi.manifest["totals"]
+  assert all(_shards(r.output) == a for r in runs)
+  assert all(r.manifest["totals"] == spilled.manifest["totals"] for r in runs)
   assert spilled.manifest["totals"]["images"] >= len(dataset.images) - 3  # a few bad ones
 
 
