@@ -11,6 +11,13 @@ EXIT_ERROR_RATE = 3  # the error-rate policy (--max-error-rate, --strict) failed
 EXIT_EMPTY = 4       # the run finished but wrote nothing (every image rejected)
 
 
+def named_few(names, limit: int) -> str:
+  """`a, b, c and 4 more`: the first `limit` names of a list a one-line message shows."""
+  names = list(names)
+  more = len(names) - limit
+  return ", ".join(names[:limit]) + (f" and {more} more" if more > 0 else "")
+
+
 class UsageError(Exception):
   """A usage or input problem found before the pipeline runs (missing or unreadable input,
   wrong format for the file, ambiguous layout, a label map syntax error, a busy output...).

@@ -18,7 +18,7 @@ import uuid
 from typing import Optional, Tuple
 
 from beam_tfrecord.config import ConvertConfig
-from beam_tfrecord.errors import EXIT_FAILED, EXIT_OK, UsageError
+from beam_tfrecord.errors import EXIT_FAILED, EXIT_OK, UsageError, named_few
 from beam_tfrecord.storage import paths, versions
 
 # Compaction (a full version with a fresh plan) when a split's delta shards hold more than
@@ -65,15 +65,15 @@ def sizing_changes(config: ConvertConfig, before: dict) -> str:
 
 def oversized_delta(manifest) -> str:
   """'' or why a new delta shard is too large: it holds more than REBALANCE_FACTOR times the
-  images the split's shards were planned for. The plan estimates the images added from the
-  counts (more images than before); when as many went as came, that estimate is low."""
-  from beam_tfrecord.plan.shard_plan import REBALANCE_FACTOR
-  largest = (manifest.incremental or {}).get("largest_delta") or 0
+  images its split's delta shards are sized for (shard_plan.delta_target). The plan
+  estimates the images added from the counts (more images than before); when as many went
+  as came, that estimate is low."""
+  from beam_tfrecord.plan.shard_plan import REBALANCE_FACTOR, delta_target
+  largest = (manifest.incremental or {}).get("largest_delta") or {}
   for split, entry in sorted((manifest.shard_plan or {}).items()):
-    planned = sorted(entry.get("planned") or [])
-    target = planned[len(planned) // 2] if planned else 0
-    if target and largest > REBALANCE_FACTOR * target:
-      return (f"a new delta shard of split {split!r} would hold {largest:,} images, "
+    target = delta_target(entry.get("planned") or [])
+    if entry.get("planned") and largest.get(split, 0) > REBALANCE_FACTOR * target:
+      return (f"a new delta shard of split {split!r} would hold {largest[split]:,} images, "
               f"planned for {target:,}")
   return ""
 
@@ -217,10 +217,9 @@ def check_destination(dest: str) -> None:
   foreign = [n for n in names if n not in (versions.LATEST, versions.VERSIONS) + CRON_NAMES
              and not n.startswith(OWN_PREFIX)]
   if foreign:
-    shown = ", ".join(foreign[:10]) + (f" and {len(foreign) - 10} more"
-                                       if len(foreign) > 10 else "")
-    raise UsageError(f"--append: {dest} holds files this tool did not write ({shown}); a "
-                     "versioned output needs a directory of its own. Nothing was changed")
+    raise UsageError(f"--append: {dest} holds files this tool did not write "
+                     f"({named_few(foreign, 10)}); a versioned output needs a directory of "
+                     "its own. Nothing was changed")
 
 
 def _retire(dest: str, config: ConvertConfig, latest: int) -> list:

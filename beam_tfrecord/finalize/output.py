@@ -24,7 +24,7 @@ import posixpath
 import stat
 from typing import Dict, Iterable, List, Optional, Sequence, Union
 
-from beam_tfrecord.errors import UsageError
+from beam_tfrecord.errors import UsageError, named_few
 from beam_tfrecord.records.manifest import Leakage, Manifest
 from beam_tfrecord.storage import files, paths
 from beam_tfrecord.storage.layout import (JOURNAL, LABEL_MAP, LABELS_TXT, LOCK, MANIFEST,  # noqa: F401
@@ -222,7 +222,7 @@ def check_ownership(output: str, overwrite: bool, inputs: Iterable[str],
   odd = [f"{n} ({what})" for n in names if n in owned
          for what in [not_a_plain_file(paths.child(output, n))] if what]
   if odd:
-    shown = ", ".join(odd[:20]) + (f" and {len(odd) - 20} more" if len(odd) > 20 else "")
+    shown = named_few(odd, 20)
     raise OutputNotEmpty(f"output directory {output} holds, under names its {MANIFEST} lists, "
                          f"what this tool did not write: {shown}. Nothing was deleted; move "
                          "them out of the output directory or choose another --output")
@@ -234,8 +234,7 @@ def check_ownership(output: str, overwrite: bool, inputs: Iterable[str],
   foreign = [n for n in names
              if not n.startswith(OWN_PREFIX) and n not in owned and n not in input_names]
   if foreign:
-    shown = ", ".join(foreign[:20]) + (f" and {len(foreign) - 20} more" if len(foreign) > 20
-                                       else "")
+    shown = named_few(foreign, 20)
     raise OutputNotEmpty(f"output directory {output} holds files this tool did not write: "
                          f"{shown}. Nothing was deleted; choose another --output or move them")
   if previous is not None and not overwrite:

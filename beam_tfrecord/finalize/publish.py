@@ -78,7 +78,12 @@ def append_summary(incremental: Dict, stats: Sequence[Dict]) -> Dict:
   images = {k: sum(s.get(k, 0) for s in shards) for k in ("added", "changed", "removed")}
   images["kept"] = sum(s.get("unchanged", 0) for s in shards)
   kept = sum(1 for s in shards if s.get("kept_from"))
-  delta = sum(1 for s in shards if s.get("new") and not s.get("kept_from"))
+  written_deltas = [s for s in shards if s.get("new") and not s.get("kept_from")]
+  delta = len(written_deltas)
+  largest_delta: Dict[str, int] = {}
+  for s in written_deltas:
+    largest_delta[s["split"]] = max(largest_delta.get(s["split"], 0),
+                                    s["images"] + s["rejected"])
   return {"previous": previous.directory if previous is not None else None,
           "mode": "append", "reason": incremental.get("reason") or "",
           "images": images,
@@ -86,8 +91,8 @@ def append_summary(incremental: Dict, stats: Sequence[Dict]) -> Dict:
                      "rewritten": len(shards) - kept - delta, "kept": kept},
           "reused_images": sum(s.get("reused", 0) for s in shards),
           "damaged": sum(s.get("damaged", 0) for s in shards),
-          "largest_delta": max((s["images"] + s["rejected"] for s in shards
-                                if s.get("new") and not s.get("kept_from")), default=0)}
+          # per split: the images of its largest new delta shard (cli/append.oversized_delta)
+          "largest_delta": largest_delta}
 
 
 def nothing_changed(incremental: Optional[Dict]) -> bool:

@@ -69,10 +69,11 @@ class Finalize(beam.DoFn):
     if self.config.append:  # shards in final order, none empty (publish.py names them)
       stats = publish.name_segments(stats, self.config.shard_name_template)
       publish.rename_indexes(run_directory, stats)
+    appended = (publish.append_summary(self.incremental, stats)
+                if self.config.append and self.incremental is not None else None)
     # an --append that changed nothing is not published: linking its kept shards (and
     # removing the links) would only move their change time, the stamp the next run checks
-    if not (self.config.append and self.incremental is not None and
-            publish.nothing_changed(publish.append_summary(self.incremental, stats))):
+    if not publish.nothing_changed(appended):
       _share_kept(run_directory, stats)
     _name_shards(run_directory, stats)
     outputs.write_atomic(run_directory, LABEL_MAP,
@@ -120,8 +121,7 @@ class Finalize(beam.DoFn):
         # where each shard begins: what --plan-from and --incremental read (plan/previous.py)
         shard_plan=(plan_record(plan, stats, stamps) if self.config.sink == "shards"
                     else None),
-        incremental=(publish.append_summary(self.incremental, stats)
-                     if self.config.append and self.incremental is not None else
+        incremental=(appended if appended is not None else
                      incremental_summary(self.incremental, plan, stats, label_map)
                      if self.incremental is not None else None),
         # --classes/--class-map: objects (or image labels) dropped, per source class

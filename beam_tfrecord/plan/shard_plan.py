@@ -275,6 +275,12 @@ class PreviousSplit:
     return self.segments or tuple((i, i + 1) for i in range(len(self.bounds) + 1))
 
 
+def delta_target(planned: Sequence[int]) -> int:
+  """The images (positions) a new delta shard is sized for: the median of the sizes the
+  split's shards were planned for (1 when none)."""
+  return sorted(planned)[len(planned) // 2] if planned else 1
+
+
 # A new delta shard's writer holds a 64-bit digest of every image the earlier shards of its
 # ranges list (to leave them out): at most this many (~70 bytes each in a Python set, so
 # ~140 MB), which bounds how many base ranges one delta shard covers.
@@ -328,8 +334,8 @@ def make_plan(counts: PlanCounts, num_shards: Optional[int], shard_size_mb: Opti
     if append:
       old = before.segments_or_base()
       ranges = len(before.bounds) + 1
-      target = sorted(before.planned)[len(before.planned) // 2] if before.planned else 1
-      new = delta_groups(ranges, kept[split].count - before.images, target)
+      new = delta_groups(ranges, kept[split].count - before.images,
+                         delta_target(before.planned))
       # a delta shard stays one until a full version: compaction counts them all
       deltas = before.deltas or (False,) * len(old)
       segments = tuple(Segment(a, b, i, deltas[i]) for i, (a, b) in enumerate(old)) + tuple(

@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
-from beam_tfrecord.errors import UsageError
+from beam_tfrecord.errors import UsageError, named_few
 from beam_tfrecord.records.model import ImageAnnotation, InputError
 from beam_tfrecord.sources.base import (SourceOutput, image_extensions,
                                         is_hidden)
@@ -56,9 +56,7 @@ def plan(inputs: Sequence[Tuple[Optional[str], str]], follow_symlinks: bool = Fa
   if not follow_symlinks:
     linked = symlinked_folders(result)
     if linked:
-      shown = ", ".join(linked[:5]) + (f" and {len(linked) - 5} more" if len(linked) > 5
-                                       else "")
-      raise UsageError(f"{shown} {'is a symlink' if len(linked) == 1 else 'are symlinks'} "
+      raise UsageError(f"{named_few(linked, 5)} {'is a symlink' if len(linked) == 1 else 'are symlinks'} "
                        "to a folder; pass --follow-symlinks to read the images in symlinked "
                        "class folders")
   return result

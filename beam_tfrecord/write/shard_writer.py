@@ -250,14 +250,14 @@ def _kept_file_ok(uri: str, old: Sequence[shard_index.Entry], recorded: str = ""
   digest); otherwise the writer copies the ranges that check and encodes the others again.
   --incremental outputs are replaced by a swap, whose renames move the change time: their
   kept shards are checked by size, as the docs say."""
+  end = max((e.offset + e.length for e in old), default=0)
   try:
     if paths.is_remote(uri):  # an object is never changed in place (a new generation)
-      return _size(uri) == max((e.offset + e.length for e in old), default=0)
+      return _size(uri) == end
     st = os.lstat(uri)
   except OSError:
     return False
-  if not stat.S_ISREG(st.st_mode) or \
-      st.st_size != max((e.offset + e.length for e in old), default=0):
+  if not stat.S_ISREG(st.st_mode) or st.st_size != end:
     return False
   if not versioned or (recorded and shard_index.file_stamp(uri) == recorded):
     return True
