@@ -11,74 +11,76 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import operator
 import typing
-from typing import Any, Callable, List, Tuple, Type
+from typing import Any, Callable, Dict, List, Tuple, Type
 
 _Convert = Callable[[Any], Any]
 
 
-def _identity(value: Any) -> Any:
-  return value
+# {record type: the names of its (to plain, from plain) functions}
+_Made = Dict[type, Tuple[str, str]]
 
 
-def _converters(hint: Any) -> Tuple[_Convert, _Convert]:
-  """(to plain, from plain) for a value of type `hint`: dataclasses, Optional[...] of them and
-  Tuple[dataclass, ...] are converted; everything else travels as it is."""
+def _expressions(hint: Any, var: str, made: _Made, namespace: Dict[str, Any]
+                 ) -> Tuple[str, str]:
+  """(to plain, from plain): Python expressions converting the value `var` of type `hint`;
+  dataclasses, Optional[...] of them and Tuple[..., ...] are converted (a tuple field is
+  made a tuple), everything else travels as it is."""
   if dataclasses.is_dataclass(hint):
-    return record_converters(hint)
+    to, back = _functions(hint, made, namespace)
+    return f"{to}({var})", f"{back}({var})"
   origin, args = typing.get_origin(hint), typing.get_args(hint)
   if origin is typing.Union and type(None) in args:
     inner = [a for a in args if a is not type(None)]
     if len(inner) == 1:
-      to, back = _converters(inner[0])
-      if to is _identity:
-        return _identity, _identity
-      return (lambda v: None if v is None else to(v)), (lambda v: None if v is None else back(v))
+      to, back = _expressions(inner[0], var, made, namespace)
+      if to == var:
+        return var, var
+      return (f"(None if {var} is None else {to})", f"(None if {var} is None else {back})")
   if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-    to, back = _converters(args[0])
-    if to is _identity:
-      return (lambda v: tuple(v)), (lambda v: tuple(v))
-    return (lambda v: tuple(map(to, v))), (lambda v: tuple(map(back, v)))
-  return _identity, _identity
+    to, back = _expressions(args[0], "e", made, namespace)
+    if to == "e":
+      return f"tuple({var})", f"tuple({var})"
+    return f"tuple([{to} for e in {var}])", f"tuple([{back} for e in {var}])"
+  return var, var
+
+
+def _functions(cls: Type, made: _Made, namespace: Dict[str, Any]) -> Tuple[str, str]:
+  """The names of `cls`'s two converters in `namespace`, defined there (with those of the
+  records it nests) on first use."""
+  if cls in made:
+    return made[cls]
+  n = len(made)
+  to, back, new = f"_to{n}", f"_from{n}", f"_cls{n}"
+  made[cls] = to, back
+  namespace[new] = cls
+  hints = typing.get_type_hints(cls)
+  fields = dataclasses.fields(cls)
+  names: List[str] = [f.name for f in fields if f.init]
+  pairs = [(_expressions(hints[name], f"r.{name}", made, namespace)[0],
+            _expressions(hints[name], f"v[{i}]", made, namespace)[1])
+           for i, name in enumerate(names)]
+  direct = (len(names) == len(fields) and not hasattr(cls, "__post_init__") and
+            not hasattr(cls, "__slots__"))
+  if direct:  # the frozen fields straight into __dict__, in field order
+    body = f"  r = _new({new})\n  d = r.__dict__\n" + "".join(
+        f"  d[{name!r}] = {value}\n" for name, (_, value) in zip(names, pairs)) + "  return r\n"
+  else:
+    body = f"  return {new}({', '.join(value for _, value in pairs)})\n"
+  source = (f"def {to}(r):\n  return ({''.join(t + ', ' for t, _ in pairs)})\n"
+            f"def {back}(v):\n{body}")
+  exec(source, namespace)  # noqa: S102 (code made here from field names only)
+  return to, back
 
 
 @functools.lru_cache(maxsize=None)
 def record_converters(cls: Type) -> Tuple[_Convert, _Convert]:
-  """(record -> tuple, tuple -> record). Measured per ImageAnnotation with four objects:
-  attrgetter and filling __dict__ directly (dataclass __init__ sets frozen fields one
-  object.__setattr__ at a time) cut encode + decode from 36 to about 15 µs."""
-  hints = typing.get_type_hints(cls)
-  fields = dataclasses.fields(cls)
-  names: List[str] = [f.name for f in fields if f.init]
-  pairs = [_converters(hints[name]) for name in names]
-  nested = [(i, to, back) for i, (to, back) in enumerate(pairs) if to is not _identity]
-  get = operator.attrgetter(*names)
-  if len(names) == 1:
-    get = (lambda g: lambda record: (g(record),))(get)
-  direct = (len(names) == len(fields) and not hasattr(cls, "__post_init__") and
-            not hasattr(cls, "__slots__"))
-  new = object.__new__
-
-  def make(values) -> Any:
-    if not direct:
-      return cls(*values)
-    record = new(cls)
-    record.__dict__.update(zip(names, values))
-    return record
-
-  if not nested:
-    return get, make
-
-  def to_plain(record):
-    values = list(get(record))
-    for i, to, _ in nested:
-      values[i] = to(values[i])
-    return tuple(values)
-
-  def from_plain(values):
-    values = list(values)
-    for i, _, back in nested:
-      values[i] = back(values[i])
-    return make(values)
-  return to_plain, from_plain
+  """(record -> tuple, tuple -> record), as functions written for `cls`'s fields: one
+  attribute read or one __dict__ store per field, nested records by their own such functions
+  (a frozen dataclass's __init__ sets its fields one object.__setattr__ at a time). Measured
+  per small-image ImageAnnotation with two objects (loaded 2-core machine, interleaved
+  medians): tuple -> record 5.9 -> 2.7 us, record -> tuple 2.7 -> 1.8 us, against the earlier
+  attrgetter/zip converters."""
+  namespace: Dict[str, Any] = {"_new": object.__new__}
+  to, back = _functions(cls, {}, namespace)
+  return namespace[to], namespace[back]
