@@ -213,3 +213,21 @@ def test_scale_leaves_out_a_row_refused_at_either_size(capsys):
   assert [r["variant"] for r in found] == ["tool"]
   assert found[0]["marginal_cpu_ms_per_image"] == pytest.approx(200.0)
   assert "tool-mp: not reported (40: disturbed: not reported" in capsys.readouterr().out
+
+
+def test_same_bytes_names_what_differs_and_ignores_the_times(tmp_path):
+  import json
+  import same_bytes
+  a, b = tmp_path / "a", tmp_path / "b"
+  for out, created, shard in ((a, "2026-01-01", b"\x01\x02"), (b, "2026-02-02", b"\x01\x02")):
+    out.mkdir()
+    (out / "train-00000-of-00001.tfrecord").write_bytes(shard)
+    (out / "manifest.json").write_text(json.dumps({"created": created, "splits": {"train": 1}}))
+    (out / "README.md").write_text(f"made {created}")
+  assert same_bytes.differences(a, b) == []
+  (b / "train-00000-of-00001.tfrecord").write_bytes(b"\x01\x03")
+  (b / "manifest.json").write_text(json.dumps({"created": "x", "splits": {"train": 2}}))
+  (b / "label_map.pbtxt").write_text("")
+  assert same_bytes.differences(a, b) == [
+      "only in one output: ['label_map.pbtxt']", "manifest.json differs",
+      "train-00000-of-00001.tfrecord differs"]
