@@ -23,10 +23,12 @@ import dataclasses
 import hashlib
 import io
 import re
+import struct
 from typing import Optional, Tuple
 
 from PIL import Image, ImageOps
 
+from beam_tfrecord.records import plain
 from beam_tfrecord.records.model import ImageInfo, InputError, PreparedImage
 
 PASSTHROUGH = ("jpeg", "png")
@@ -116,6 +118,13 @@ def _allow_pillow(max_pixels: int) -> None:
 # JPEG markers with no length field, and the start-of-frame markers (not DHT, JPG, DAC)
 _STANDALONE = frozenset([0x01, *range(0xD0, 0xD8)])
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+# segments only stepped over (tables, APPn but APP1, comments): one test each
+_SKIPPED = frozenset(range(256)) - _STANDALONE - _SOF - {0xFF, 0xE1, 0xDA}
+_MARKER = struct.Struct(">BBH")  # 0xFF, marker, segment length
+_FRAME = struct.Struct(">BHHB")  # precision, height, width, components
+# ImageInfo and PreparedImage without their frozen __init__'s object.__setattr__ per field
+_IMAGE_INFO = plain.maker(ImageInfo)
+_PREPARED = plain.maker(PreparedImage)
 
 
 def jpeg_header(data: bytes) -> Optional[Tuple[int, int, int]]:
@@ -123,20 +132,25 @@ def jpeg_header(data: bytes) -> Optional[Tuple[int, int, int]]:
   any EXIF segment (orientation), a frame that is not 8-bit with 1 or 3 components, or a
   marker structure that does not reach the scan. Pillow's open was 40% of a small image's
   conversion (64x48 JPEGs: ~45 us of ~110 us per image in the writer, cProfile); this reads
-  the same few hundred header bytes without building an Image."""
+  the same few hundred header bytes without building an Image. A segment is read with one
+  struct call and tables are stepped over first: 4.2 -> 3.3 us a 64x48 JPEG's nine segments
+  (loaded 2-core machine, interleaved medians; the same answers on 60,000 mutated headers)."""
   at, end = 2, len(data)
   frame = None
+  segment = _MARKER.unpack_from
   while at + 4 <= end:
-    if data[at] != 0xFF:
+    fill, marker, length = segment(data, at)
+    if marker in _SKIPPED and fill == 0xFF and length >= 2:
+      at += 2 + length  # past the end: the loop ends, None
+      continue
+    if fill != 0xFF:
       return None
-    marker = data[at + 1]
     if marker == 0xFF:  # fill byte
       at += 1
       continue
     if marker in _STANDALONE:
       at += 2
       continue
-    length = (data[at + 2] << 8) | data[at + 3]
     if length < 2 or at + 2 + length > end:
       return None
     if marker == 0xE1 and data[at + 4:at + 10] == b"Exif\x00\x00":
@@ -144,9 +158,7 @@ def jpeg_header(data: bytes) -> Optional[Tuple[int, int, int]]:
     if marker in _SOF:
       if length < 8 or frame is not None:
         return None
-      precision, components = data[at + 4], data[at + 9]
-      height = (data[at + 5] << 8) | data[at + 6]
-      width = (data[at + 7] << 8) | data[at + 8]
+      precision, height, width, components = _FRAME.unpack_from(data, at + 4)
       if precision != 8 or components not in (1, 3) or not width or not height:
         return None
       frame = (width, height, components)
@@ -173,7 +185,7 @@ def probe(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageInfo:
                          f"{width}x{height} = {width * height} pixels exceeds the limit of "
                          f"{max_pixels} (raise --max-pixels to allow it)")
       _check_complete(data, fmt)
-      return ImageInfo(format=fmt, width=width, height=height, channels=channels)
+      return _IMAGE_INFO(format=fmt, width=width, height=height, channels=channels)
   _allow_pillow(max_pixels)
   try:
     with Image.open(io.BytesIO(data)) as image:
@@ -193,8 +205,8 @@ def probe(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageInfo:
   if width <= 0 or height <= 0:
     raise InputError("decode", "corrupt_image", f"image has size {width}x{height}")
   _check_complete(data, fmt)
-  return ImageInfo(format=fmt, width=width, height=height, channels=channels,
-                   orientation=orientation)
+  return _IMAGE_INFO(format=fmt, width=width, height=height, channels=channels,
+                     orientation=orientation)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,8 +302,11 @@ def _reencode(data: bytes, source: ImageInfo, upright: bool, size: Tuple[int, in
 
 
 def prepare(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS,
-            verify: bool = False, pre: Preprocess = Preprocess()) -> PreparedImage:
-  """Bytes ready for `image/encoded` (see the module docstring for what changes and why)."""
+            verify: bool = False, pre: Preprocess = Preprocess(),
+            sha256_hex: Optional[str] = None) -> PreparedImage:
+  """Bytes ready for `image/encoded` (see the module docstring for what changes and why).
+  `sha256_hex`: the hex SHA-256 of `data` when already known (the read-ahead), kept when the
+  bytes are written as they are (dataclasses.replace afterwards cost ~6 us an image)."""
   source = probe(data, max_pixels)
   upright = source.orientation != 1
   shown = ((source.height, source.width) if source.orientation in (5, 6, 7, 8)
@@ -307,11 +322,11 @@ def prepare(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS,
           image.load()
       except Exception as e:
         raise InputError("decode", "corrupt_image", exception_text(e)) from None
-    return PreparedImage(encoded=data, info=source, source=source)
+    return _PREPARED(encoded=data, info=source, source=source, sha256_hex=sha256_hex)
   try:
     encoded = _reencode(data, source, upright, size, fmt, pre.jpeg_quality)
   except InputError:
     raise
   except Exception as e:
     raise InputError("decode", "corrupt_image", exception_text(e)) from None
-  return PreparedImage(encoded=encoded, info=probe(encoded, max_pixels), source=source)
+  return _PREPARED(encoded=encoded, info=probe(encoded, max_pixels), source=source)

@@ -59,3 +59,17 @@ def test_a_record_with_post_init_is_rebuilt_through_it():
     assert str(e) == "negative"
   else:
     raise AssertionError("__post_init__ did not run")
+
+
+def test_maker_builds_the_record_init_would():
+  make = plain.maker(Item)
+  made = make("a", Box(0, 0, 1, 1), points=(1.0,))
+  assert made == Item("a", Box(0, 0, 1, 1), points=(1.0,))
+  assert pickle.dumps(made) == pickle.dumps(Item("a", Box(0, 0, 1, 1), points=(1.0,)))
+  try:
+    make(name="a")
+  except TypeError as e:
+    assert "box" in str(e)
+  else:
+    raise AssertionError("a missing field was accepted")
+  assert plain.maker(Checked) is Checked  # its __post_init__ must run
