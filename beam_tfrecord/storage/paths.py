@@ -11,10 +11,12 @@ from typing import Optional, Tuple
 from beam_tfrecord.records.model import InputError
 
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+_DRIVE = re.compile(r"^[a-zA-Z]:/")
 
 
 def is_remote(uri: str) -> bool:
-  return bool(_SCHEME.match(uri))
+  # the substring test first: called a few times per image, and most paths are local
+  return "://" in uri and bool(_SCHEME.match(uri))
 
 
 def join(root: str, name: str) -> str:
@@ -65,7 +67,7 @@ def clean_name(name: object) -> str:
   if "\x00" in name:
     raise InputError("locate", "unsafe_path", f"file name {name!r} contains a NUL byte")
   text = name.replace("\\", "/")
-  if text.startswith("/") or is_remote(text) or re.match(r"^[a-zA-Z]:/", text):
+  if text.startswith("/") or is_remote(text) or (text[1:2] == ":" and _DRIVE.match(text)):
     raise InputError("locate", "absolute_path",
                      f"file name {name!r} is absolute; it must be relative to the image root")
   if ("//" not in text and "/." not in text and not text.startswith(".")

@@ -44,6 +44,16 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
     objects.extend(chunk)
     if images and len(objects) > MAX_OBJECTS_PER_IMAGE:  # collected no further
       break
+  return join_found(uri, image_id, images, objects, categories, allow_absolute,
+                    follow_symlinks, layouts)
+
+
+def join_found(uri: str, image_id: int, images: List[Tuple], objects: List[Tuple],
+               categories: Dict[Tuple[str, int], str], allow_absolute: bool,
+               follow_symlinks: bool = False,
+               layouts: Optional[Dict[str, KeypointLayout]] = None):
+  """join_image of one image's entries (split, image_root, file_name, width, height) and its
+  object chunks, as _JoinFile finds them (no grouped element to build per image)."""
   source = f"{uri}#image_id={image_id}"
   if len(objects) > MAX_OBJECTS_PER_IMAGE and images:
     yield beam.pvalue.TaggedOutput("errors", ErrorRecord(

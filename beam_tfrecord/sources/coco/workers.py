@@ -14,7 +14,7 @@ from beam_tfrecord.sources.coco.buffer import (MAX_PARTITIONS, PARTITION_BYTES,
 from beam_tfrecord.sources.coco.entries import (annotation_extras, annotation_fields,
                                                 category_keypoints, parse_category,
                                                 parse_image)
-from beam_tfrecord.sources.coco.join import category_zero, file_layout, join_image
+from beam_tfrecord.sources.coco.join import category_zero, file_layout, join_found
 from beam_tfrecord.sources.coco.scan import _NotStreamable, fast_sections
 from beam_tfrecord.sources.coco.stream import SECTIONS, missing_section, stream_sections
 
@@ -264,14 +264,13 @@ class _JoinFile(_ParseSection):
       for p in range(buffer.partitions):
         images, objects = buffer.partition(p)
         for image_id, found in images.items():
-          kept = objects.pop(image_id, None)
-          yield from join_image(
-              ((uri, image_id), {"image": [(split, image_root, *f) for f in found],
-                                 "objects": [kept] if kept else []}),
-              categories, self.allow_absolute, self.follow_symlinks, layouts)
+          yield from join_found(
+              uri, image_id, [(split, image_root, *f) for f in found],
+              objects.pop(image_id, []), categories, self.allow_absolute,
+              self.follow_symlinks, layouts)
         for image_id, kept in objects.items():  # objects of an unknown image: reported
-          yield from join_image(((uri, image_id), {"image": [], "objects": [kept]}),
-                                categories, self.allow_absolute, self.follow_symlinks)
+          yield from join_found(uri, image_id, [], kept, categories, self.allow_absolute,
+                                self.follow_symlinks)
     finally:
       buffer.close()
 
