@@ -2,8 +2,9 @@
 
 The shard writer hashes every image file it reads (encode.fetch; the digest is of the file as
 read, so copies are found whatever --max-side or --image-format then writes). For each image
-it writes it emits (digest, key, uri); write/leakage.py groups them by digest, and `report`
-turns the copies of one content into warnings, one per extra copy:
+it writes it emits (digest, split, key, uri), a shard's in `batches`; write/leakage.py groups
+them by digest, and `report` turns the copies of one content into warnings, one per extra
+copy:
 - `leaked_across_splits`: the first copy (in (split, key, uri) order) of a split whose bytes
   the first copy of another split already has, naming that file;
 - `duplicate_content`: another copy in the same split, naming the split's first copy.
@@ -13,7 +14,7 @@ The same file listed in two splits is not a copy of itself: the plan reports it
 from __future__ import annotations
 
 import bisect
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from beam_tfrecord.records.manifest import Leakage
 from beam_tfrecord.records.model import ErrorRecord
@@ -26,6 +27,11 @@ Copies = Dict[str, list]
 # Copies of one content named one by one, per split; the rest are counted (a placeholder
 # image copied 10,000 times is one line saying so, and a bounded accumulator).
 MAX_NAMED = 100
+
+# Contents go to FindCopies in lists of at most this many (~2 MB): one Beam element per image
+# cost each image a few us in the runner's code (its outputs, the count, the spill step),
+# while an element must stay bounded whatever a shard's size.
+BATCH = 10_000
 
 LEAKED = "leaked_across_splits"
 DUPLICATE = "duplicate_content"
@@ -46,6 +52,12 @@ class Tapped:
   def __call__(self) -> Tuple[bytes, str]:
     data, self.digest = self.fetched()
     return data, self.digest
+
+
+def batches(items: List[Content]) -> Iterator[List[Content]]:
+  """`items` in lists of at most BATCH, in order (none when empty)."""
+  for start in range(0, len(items), BATCH):
+    yield items[start:start + BATCH]
 
 
 def new() -> Copies:

@@ -2,6 +2,8 @@
 (write/contents.py says what is reported). One grouping by digest; no list of every digest
 anywhere.
 
+The writer hands them over in lists (contents.batches: a Beam element per image cost each
+image a few us of the runner's own code), split here into one entry per image.
 - Distributed runners: one CombinePerKey keyed by the 32-byte digest. Its largest element is
   one content's copies, bounded: at most contents.MAX_NAMED names per split, the rest counted
   (O(splits x MAX_NAMED) whatever the dataset). The shuffle carries one (digest, split, key,
@@ -16,9 +18,10 @@ from __future__ import annotations
 
 import itertools
 import marshal
+import operator
 import os
 import uuid
-from typing import Optional
+from typing import List, Optional
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
@@ -59,9 +62,9 @@ def _reported(digest: bytes, copies: contents.Copies):
 
 
 class _SpillContents(beam.DoFn):
-  """(hex digest, split, key, uri) -> (partition, spill file) at the end of each bundle: the
-  bundle's digests appended to its own files under `directory`, by the digest's first byte.
-  Memory: spill.BUFFER_BYTES."""
+  """Lists of (hex digest, split, key, uri) -> (partition, spill file) at the end of each
+  bundle: the bundle's digests appended to its own files under `directory`, by the digest's
+  first byte. Memory: spill.BUFFER_BYTES."""
 
   def __init__(self, directory: str):
     self.directory = directory
@@ -70,14 +73,19 @@ class _SpillContents(beam.DoFn):
     self._spill = Spill(LOCAL_PARTITIONS, os.path.join(self.directory, uuid.uuid4().hex))
     os.makedirs(self._spill.directory, exist_ok=True)
 
-  def process(self, content: contents.Content):
-    digest = bytes.fromhex(content[0])
-    self._spill.add(digest[0] * LOCAL_PARTITIONS // 256, marshal.dumps((digest, *content[1:])))
+  def process(self, batch: List[contents.Content]):
+    add = self._spill.add
+    for content in batch:
+      digest = bytes.fromhex(content[0])
+      add(digest[0] * LOCAL_PARTITIONS // 256, marshal.dumps((digest, *content[1:])))
 
   def finish_bundle(self):
     self._spill.flush()
     for p in sorted(self._spill.written):
       yield WindowedValue((p, self._spill.path(p)), MIN_TIMESTAMP, [GlobalWindow()])
+
+
+_DIGEST = operator.itemgetter(0)
 
 
 def _report_partition(element):
@@ -86,16 +94,23 @@ def _report_partition(element):
   a bundle retried after a failure downstream reads them again (scratch disk: ~100 bytes an
   image until the run ends)."""
   _, files = element
-  entries = sorted(marshal.loads(r) for path in sorted(files) for r in read_records(path))
-  for digest, group in itertools.groupby(entries, key=lambda e: e[0]):
+  # by digest only (a content's Copies do not depend on the order its copies come in), and
+  # a content met once, most of them, is passed over without building its Copies
+  entries = sorted((marshal.loads(r) for path in sorted(files) for r in read_records(path)),
+                   key=_DIGEST)
+  for digest, group in itertools.groupby(entries, key=_DIGEST):
+    first = next(group)
+    second = next(group, None)
+    if second is None:
+      continue
     copies = contents.new()
-    for entry in group:
+    for entry in itertools.chain((first, second), group):
       contents.add(copies, entry[1:])
     yield from _reported(digest, copies)
 
 
 class FindCopies(beam.PTransform):
-  """PCollection of (hex SHA-256, split, key, uri), one per written image ->
+  """PCollection of lists of (hex SHA-256, split, key, uri), one entry per written image ->
   (PCollection[ErrorRecord] (warnings), PCollection of (count key, n)): the counts of extra
   copies by kind (contents.PREFIX + reason) and of the images compared (contents.IMAGES),
   for the manifest's `leakage`. `spill_directory`: a local disk every worker shares (local
@@ -107,7 +122,8 @@ class FindCopies(beam.PTransform):
 
   def expand(self, digests):
     compared = (digests
-                | "Compared" >> beam.combiners.Count.Globally()
+                | "Compared" >> beam.Map(len)
+                | "ComparedSum" >> beam.CombineGlobally(sum)
                 | "ComparedKey" >> beam.Map(lambda n: (contents.IMAGES, n)))
     if self.spill_directory:
       found = (digests
@@ -118,7 +134,8 @@ class FindCopies(beam.PTransform):
                    "counts", main="errors"))
     else:
       found = (digests
-               | "ByDigest" >> beam.Map(lambda c: (bytes.fromhex(c[0]), (c[1], c[2], c[3])))
+               | "ByDigest" >> beam.FlatMap(
+                   lambda batch: [(bytes.fromhex(c[0]), (c[1], c[2], c[3])) for c in batch])
                | "Copies" >> beam.CombinePerKey(_CopiesFn())
                | "Report" >> beam.FlatMapTuple(_reported).with_outputs(
                    "counts", main="errors"))

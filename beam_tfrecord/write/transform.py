@@ -28,6 +28,7 @@ from beam_tfrecord.plan.shard_plan import ShardPlan
 from beam_tfrecord.records.model import ImageAnnotation
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.layout import kill_point
+from beam_tfrecord.write import contents
 from beam_tfrecord.write.contents import Tapped
 from beam_tfrecord.write.encode import EncodeOptions, convert, fetch_image
 from beam_tfrecord.write.shard_writer import (ShardResult, ShardTask,
@@ -190,8 +191,9 @@ class _WriteShard(beam.DoFn):
     for error in result.errors:
       yield beam.pvalue.TaggedOutput("errors", error)
     split = result.stats["split"]
-    for digest, key, uri in result.contents:  # write/leakage.py
-      yield beam.pvalue.TaggedOutput("contents", (digest, split, key, uri))
+    for batch in contents.batches([(digest, split, key, uri)  # write/leakage.py
+                                   for digest, key, uri in result.contents]):
+      yield beam.pvalue.TaggedOutput("contents", batch)
 
 
 class WriteShards(beam.PTransform):
@@ -206,7 +208,8 @@ class WriteShards(beam.PTransform):
   With `indexing` (--plan-from, --incremental) each shard also gets its index
   (write/shard_index.py) and may be kept from the earlier output (stats `kept_from`: the
   finalize step links it) or rewritten copying unchanged images' records.
-  `self.contents`: (hex SHA-256, split, key, uri) of each image written from its bytes.
+  `self.contents`: lists of (hex SHA-256, split, key, uri), one per image written from its
+  bytes, a shard's in batches of at most contents.BATCH (write/leakage.FindCopies).
   """
 
   def __init__(self, staging: str, runs_directory: str, label_map, plan,
@@ -257,7 +260,7 @@ class _Encode(beam.DoFn):
     add_example(stats, result)
     stats["bytes"] = sum(len(r) for r in result.records)
     yield beam.pvalue.TaggedOutput("stats", stats)
-    yield beam.pvalue.TaggedOutput("contents", (tapped.digest, ann.split, ann.key, ann.uri))
+    yield beam.pvalue.TaggedOutput("contents", [(tapped.digest, ann.split, ann.key, ann.uri)])
     for record in result.records:
       yield ann.split, record
 

@@ -112,3 +112,11 @@ def test_first_copy_does_not_depend_on_arrival(order):
   records, _ = contents.report(DIGEST, _copies([items[i] for i in order]))
   assert _pairs(records) == [("duplicate_content", "/d/z.jpg", "/d/y.jpg"),
                              ("leaked_across_splits", "/d/x.jpg", "/d/y.jpg")]
+
+
+def test_batches_keep_order_and_bound_size():
+  items = [(f"{i:064x}", "train", f"{i}.jpg", f"/d/{i}.jpg") for i in range(2 * contents.BATCH + 1)]
+  batches = list(contents.batches(items))
+  assert [len(b) for b in batches] == [contents.BATCH, contents.BATCH, 1]
+  assert [c for b in batches for c in b] == items
+  assert list(contents.batches([])) == []

@@ -34,7 +34,9 @@ def _written():
 def _run(spill_directory, tmp_path):
   out = tmp_path / ("spill" if spill_directory else "combine")
   with beam.Pipeline("FnApiRunner") as p:
-    errors, counts = (p | beam.Create(_written()) | FindCopies(spill_directory))
+    items = _written()  # in lists, as the writer hands them over
+    batches = [items[i:i + 37] for i in range(0, len(items), 37)]
+    errors, counts = (p | beam.Create(batches) | FindCopies(spill_directory))
     _ = errors | "E" >> beam.Map(ErrorRecord.to_json) | "WE" >> beam.io.WriteToText(
         str(out / "errors"), num_shards=1)
     _ = (counts | beam.CombinePerKey(sum) | beam.Map(json.dumps)
