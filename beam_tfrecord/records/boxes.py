@@ -1,17 +1,18 @@
 """Validate, clip and normalise boxes against the real image size. Pure functions."""
 from __future__ import annotations
 
-import dataclasses
-import math
+from math import isfinite
+from typing import NamedTuple
 
 from beam_tfrecord.records.model import InputError, ObjectAnnotation
 
 BBOX_POLICIES = ("clip", "drop", "error")
+_NUMBER = (int, float)
 
 
-@dataclasses.dataclass(frozen=True)
-class NormalizedObject:
-  """An object whose box is in [0, 1] image coordinates."""
+class NormalizedObject(NamedTuple):
+  """An object whose box is in [0, 1] image coordinates. A NamedTuple: one is made for every
+  box, and a frozen dataclass's __init__ took 1.1 us (this: 0.3 us)."""
   obj: ObjectAnnotation
   xmin: float
   ymin: float
@@ -33,22 +34,27 @@ def normalize(obj: ObjectAnnotation, width: int, height: int,
   NaN/inf coordinates, no area, or lying entirely outside are always rejected.
   """
   b = obj.box
-  coords = (b.xmin, b.ymin, b.xmax, b.ymax)
+  x0, y0, x1, y1 = b.xmin, b.ymin, b.xmax, b.ymax
   # Normalized boxes (YOLO) are checked and clipped against the unit square and kept as given,
   # so that they reach the Example without a round trip through pixels.
   scale_w, scale_h = (1.0, 1.0) if b.normalized else (float(width), float(height))
-  if not all(isinstance(c, (int, float)) and math.isfinite(c) for c in coords):
-    raise _bad("bbox_not_finite", f"box {coords} of {obj.label!r} has a non-finite coordinate")
-  if b.xmax <= b.xmin or b.ymax <= b.ymin:
-    raise _bad("bbox_empty", f"box {coords} of {obj.label!r} has no area")
-  if b.xmax <= 0 or b.ymax <= 0 or b.xmin >= scale_w or b.ymin >= scale_h:
-    raise _bad("bbox_outside", f"box {coords} of {obj.label!r} lies outside the "
+  # spelled out in the order a generator over the four took (the same errors), and no clip
+  # for a box inside: normalize 3.4 -> 1.1 us a box (timeit, loaded 2-core machine)
+  if not (isinstance(x0, _NUMBER) and isfinite(x0) and isinstance(y0, _NUMBER) and
+          isfinite(y0) and isinstance(x1, _NUMBER) and isfinite(x1) and
+          isinstance(y1, _NUMBER) and isfinite(y1)):
+    raise _bad("bbox_not_finite", f"box {(x0, y0, x1, y1)} of {obj.label!r} has a non-finite "
+               "coordinate")
+  if x1 <= x0 or y1 <= y0:
+    raise _bad("bbox_empty", f"box {(x0, y0, x1, y1)} of {obj.label!r} has no area")
+  if x1 <= 0 or y1 <= 0 or x0 >= scale_w or y0 >= scale_h:
+    raise _bad("bbox_outside", f"box {(x0, y0, x1, y1)} of {obj.label!r} lies outside the "
                f"{width}x{height} image")
-  clipped = b.xmin < 0 or b.ymin < 0 or b.xmax > scale_w or b.ymax > scale_h
-  if clipped and policy != "clip":
-    raise _bad("bbox_partly_outside", f"box {coords} of {obj.label!r} extends beyond the "
-               f"{width}x{height} image")
-  xmin, xmax = max(b.xmin, 0.0), min(b.xmax, scale_w)
-  ymin, ymax = max(b.ymin, 0.0), min(b.ymax, scale_h)
-  return NormalizedObject(obj=obj, xmin=xmin / scale_w, ymin=ymin / scale_h,
-                          xmax=xmax / scale_w, ymax=ymax / scale_h, clipped=clipped)
+  clipped = x0 < 0 or y0 < 0 or x1 > scale_w or y1 > scale_h
+  if clipped:  # (a box inside is its own clip)
+    if policy != "clip":
+      raise _bad("bbox_partly_outside", f"box {(x0, y0, x1, y1)} of {obj.label!r} extends "
+                 f"beyond the {width}x{height} image")
+    x0, x1 = max(x0, 0.0), min(x1, scale_w)
+    y0, y1 = max(y0, 0.0), min(y1, scale_h)
+  return NormalizedObject(obj, x0 / scale_w, y0 / scale_h, x1 / scale_w, y1 / scale_h, clipped)

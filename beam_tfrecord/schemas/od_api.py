@@ -108,43 +108,55 @@ def encode(ann: ImageAnnotation, image: PreparedImage, label_map: Mapping[str, i
   valid, errors = base.valid_objects(ann, width, height, label_map, bbox_policy)
   valid, points, point_errors = keypoints.written(valid, width, height, ann.source, ann.key)
   errors += point_errors
-  kept = [norm for norm, _ in valid]
-  ids = [label_id for _, label_id in valid]
+  # one pass over the objects: eight list comprehensions and three scans for VOC's
+  # attributes took 3.4 us for two objects, this 1.1 us (timeit, loaded 2-core machine)
+  xmin, xmax, ymin, ymax, text, ids, crowd, area, labels = [], [], [], [], [], [], [], [], []
+  clipped, voc = 0, False
+  for n, label_id in valid:
+    obj = n.obj
+    xmin.append(n.xmin)
+    xmax.append(n.xmax)
+    ymin.append(n.ymin)
+    ymax.append(n.ymax)
+    labels.append(obj.label)
+    text.append(obj.label.encode("utf-8"))
+    ids.append(label_id)
+    crowd.append(int(obj.is_crowd))
+    area.append(obj.area if obj.area is not None else
+                (n.xmax - n.xmin) * width * (n.ymax - n.ymin) * height)
+    clipped += n.clipped
+    voc = voc or obj.difficult is not None or obj.truncated is not None or obj.pose is not None
 
   features = {
       **image_values(ann, image),
       "image/source_id": (B, [ann.source_id.encode("utf-8")]),
-      "image/object/bbox/xmin": (F, [n.xmin for n in kept]),
-      "image/object/bbox/xmax": (F, [n.xmax for n in kept]),
-      "image/object/bbox/ymin": (F, [n.ymin for n in kept]),
-      "image/object/bbox/ymax": (F, [n.ymax for n in kept]),
-      "image/object/class/text": (B, [n.obj.label.encode("utf-8") for n in kept]),
+      "image/object/bbox/xmin": (F, xmin),
+      "image/object/bbox/xmax": (F, xmax),
+      "image/object/bbox/ymin": (F, ymin),
+      "image/object/bbox/ymax": (F, ymax),
+      "image/object/class/text": (B, text),
       "image/object/class/label": (I, ids),
-      "image/object/is_crowd": (I, [int(n.obj.is_crowd) for n in kept]),
-      "image/object/area": (F, [
-          n.obj.area if n.obj.area is not None else
-          (n.xmax - n.xmin) * width * (n.ymax - n.ymin) * height for n in kept]),
+      "image/object/is_crowd": (I, crowd),
+      "image/object/area": (F, area),
   }
-  # VOC-only attributes: present when the source has them, defaults for objects that lack them.
-  if any(n.obj.difficult is not None for n in kept):
-    features["image/object/difficult"] = (I, [int(bool(n.obj.difficult)) for n in kept])
-  if any(n.obj.truncated is not None for n in kept):
-    features["image/object/truncated"] = (I, [int(bool(n.obj.truncated)) for n in kept])
-  if any(n.obj.pose is not None for n in kept):
-    features["image/object/view"] = (B, [(n.obj.pose or "Unspecified").encode("utf-8")
-                                         for n in kept])
-
+  if voc:  # VOC-only attributes: present when the source has them, defaults for the others
+    kept = [n for n, _ in valid]
+    if any(n.obj.difficult is not None for n in kept):
+      features["image/object/difficult"] = (I, [int(bool(n.obj.difficult)) for n in kept])
+    if any(n.obj.truncated is not None for n in kept):
+      features["image/object/truncated"] = (I, [int(bool(n.obj.truncated)) for n in kept])
+    if any(n.obj.pose is not None for n in kept):
+      features["image/object/view"] = (B, [(n.obj.pose or "Unspecified").encode("utf-8")
+                                           for n in kept])
   if include_masks:
-    features[MASK_FEATURE] = (B, [n.obj.mask for n in kept])
+    features[MASK_FEATURE] = (B, [n.obj.mask for n, _ in valid])
   if points:
     features.update(keypoint_values(points, ann.keypoint_names))
   if renames:  # --feature-names: rare, through protobuf (the same bytes as the layout's)
     record = protos.serialize_slow({renames.get(k, k): v for k, v in features.items()})
   else:
     record = _LAYOUT.serialize(features)
-  return Encoded(records=[record],
-                 labels=[n.obj.label for n in kept],
-                 clipped=sum(n.clipped for n in kept), errors=errors)
+  return Encoded(records=[record], labels=labels, clipped=clipped, errors=errors)
 
 
 def keypoint_values(points, names) -> Dict[str, Tuple[str, list]]:

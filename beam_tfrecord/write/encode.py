@@ -219,10 +219,9 @@ def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
   errors: List[ErrorRecord] = []
   try:
     data, digest = (fetched() if fetched is not None else (read_image(ann, options), None))
+    # the digest is kept when the bytes are written as read
     prepared = images.prepare(data, options.max_pixels, options.verify_images,
-                              options.preprocess)
-    if digest is not None and prepared.encoded is data:  # written as read: the digest holds
-      prepared = dataclasses.replace(prepared, sha256_hex=digest)
+                              options.preprocess, digest)
     ann, frame = _in_displayed_frame(ann, prepared, options, errors)
     schema = schemas.from_options(options)
     extra = {}

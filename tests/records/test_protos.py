@@ -64,3 +64,30 @@ def test_string_int_label_map_message():
   message.item.add(name="cat", id=17, display_name="Cat")
   again = protos.StringIntLabelMap.FromString(message.SerializeToString())
   assert [(i.name, i.id, i.display_name) for i in again.item] == [("cat", 17, "Cat")]
+
+
+@pytest.mark.parametrize("values", [
+    [float("inf"), float("-inf")], [float("nan"), 1.0], [1e308, 1e308], [-1e39, 1e39],
+    [3.4e38, 3.4e38], [10**400, -(10**400)], [10**400, 1.0], [2, -0.0, 1e-45]])
+def test_float_lists_the_fast_path_refuses_go_through_protobuf(values):
+  """The fast path packs a float list whose sum is finite (the values then are): lists with
+  non-finite values, values beyond float32 or a sum that overflows must equal protobuf's."""
+  features = {"f": (protos.FLOATS, values), "g": (protos.FLOATS, values[:1])}
+  assert _outcome(protos.ExampleLayout(features).serialize, features) == \
+      _outcome(protos.serialize_slow, features)
+
+
+def _outcome(serialize, features):
+  """The bytes, or the type of the exception (protobuf refuses ints beyond a double)."""
+  try:
+    return serialize(features)
+  except Exception as e:
+    return type(e)
+
+
+@pytest.mark.parametrize("values", [[0], [127], [128], [-1], [True], [2**63 - 1], [-(2**63)],
+                                    [5, 127, 0], [5, 300], [2**63], [-(2**63) - 1]])
+def test_int_lists_of_one_byte_values_and_others(values):
+  features = {"i": (protos.INTS, values)}
+  assert _outcome(protos.ExampleLayout(features).serialize, features) == \
+      _outcome(protos.serialize_slow, features)
