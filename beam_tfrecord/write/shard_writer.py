@@ -68,8 +68,9 @@ def add_example(stats: Dict, result: Converted) -> None:
   stats["objects"] += len(result.labels)
   stats["clipped"] += result.clipped
   stats["reoriented"] += int(result.reoriented)
+  classes = stats["classes"]
   for label in result.labels:
-    stats["classes"][label] = stats["classes"].get(label, 0) + 1
+    classes[label] = classes.get(label, 0) + 1
 
 
 def merge_stats(items: Iterable[Dict]) -> Dict:
