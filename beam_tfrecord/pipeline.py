@@ -21,7 +21,7 @@ from beam_tfrecord.plan.previous import Previous
 from beam_tfrecord.plan.shard_plan import overlap_warning
 from beam_tfrecord.plan.transform import PlanShards, SortRuns, shard_tasks
 from beam_tfrecord.prepare.labels import BuildLabelMap
-from beam_tfrecord.prepare.locate import PrepareImages
+from beam_tfrecord.prepare.locate import DedupeImages, PrepareImages
 from beam_tfrecord.prepare.select import SelectClasses
 from beam_tfrecord.records.model import DEFAULT_SPLIT
 from beam_tfrecord.records import coders, packed
@@ -148,8 +148,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   fractions = config.fractions
   remote = config.allow_absolute_paths or any(
       paths.is_remote(paths.parse_assignment(item)[1]) for item in config.images + config.inputs)
-  images, prepare_errors = source.images | "Prepare" >> PrepareImages(
-      fractions, dedupe=config.sink != "shards", remote=remote)
+  batches, prepare_errors = source.images | "Prepare" >> PrepareImages(fractions, remote=remote)
   label_map = beam.pvalue.AsSingleton(
       root | "LabelMap" >> BuildLabelMap(source, user_map, first_id,
                                          # a selection or a ClassLabel: ids without gaps
@@ -182,8 +181,8 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   template = config.shard_name_template
   if config.sink == "shards":
     count_records = schema.records_counter()
-    packed_images = images | "Pack" >> beam.Map(
-        lambda ann: packed.pack(ann, count_records(ann)))
+    packed_images = batches | "Pack" >> beam.Map(
+        lambda batch: [packed.pack(ann, count_records(ann)) for ann in batch])
     runs_dir, spill_dir = work_directories(staging, run_id, local)
     sort_runs = SortRuns(runs_dir, spill_dir, previous_plan)
     counts, sort_errors = packed_images | "SortRuns" >> sort_runs
@@ -202,6 +201,8 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
     beam_files = root | "NoBeamFiles" >> beam.Create([])
   else:
     spill_dir = work_directories(staging, run_id, local)[1]
+    images, dedupe_errors = batches | "Dedupe" >> DedupeImages()
+    prepare_errors = (prepare_errors, dedupe_errors) | "PrepareErrors" >> beam.Flatten()
     splits = list(fractions) if fractions else (source_splits or [DEFAULT_SPLIT])
     known = set(splits)
     checked = images | "CheckSplit" >> beam.FlatMap(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import marshal
 import os
 import uuid
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
@@ -24,9 +24,9 @@ from beam_tfrecord.storage.spill import Spill, read_records
 
 
 class _SpillPartitions(beam.DoFn):
-  """packed.Packed -> (partition, spill file): the images of a bundle appended, by partition,
-  to files of their own under `directory` (local disk); one element per file at the end of the
-  bundle. Memory: spill.BUFFER_BYTES of buffered annotations."""
+  """[packed.Packed] -> (partition, spill file): the images of a bundle's batches appended,
+  by partition, to files of their own under `directory` (local disk); one element per file at
+  the end of the bundle. Memory: spill.BUFFER_BYTES of buffered annotations."""
 
   def __init__(self, directory: str, span: int):
     self.directory, self.span = directory, span
@@ -36,9 +36,11 @@ class _SpillPartitions(beam.DoFn):
                         paths.join(self.directory, uuid.uuid4().hex))
     os.makedirs(self._spill.directory, exist_ok=True)
 
-  def process(self, image: packed.Packed):
-    self._spill.add(shard_plan.partition_of(image[packed.HASH]) // self.span,
-                    marshal.dumps(image))
+  def process(self, batch: List[packed.Packed]):
+    add, span, partition_of, dumps = (self._spill.add, self.span, shard_plan.partition_of,
+                                      marshal.dumps)
+    for image in batch:
+      add(partition_of(image[packed.HASH]) // span, dumps(image))
 
   def finish_bundle(self):
     self._spill.flush()
@@ -83,8 +85,8 @@ class _SortRuns(beam.DoFn):
 
 
 class SortRuns(beam.PTransform):
-  """PCollection[packed.Packed] -> (PCollection of ((split, partition), (images, records,
-  bytes)), PCollection[ErrorRecord]).
+  """PCollection[List[packed.Packed]] (batches) -> (PCollection of ((split, partition),
+  (images, records, bytes)), PCollection[ErrorRecord]).
 
   Each image goes to its partition of the shard order (shard_plan.partition_of); each
   partition is sorted on one worker and written as one run file per split into `directory`.
@@ -111,8 +113,9 @@ class SortRuns(beam.PTransform):
                  | "GroupSpills" >> beam.GroupByKey())
     else:
       grouped = (images
-                 | "ByPartition" >> beam.Map(
-                     lambda p: (shard_plan.partition_of(p[packed.HASH]), p))
+                 | "ByPartition" >> beam.FlatMap(
+                     lambda batch: [(shard_plan.partition_of(p[packed.HASH]), p)
+                                    for p in batch])
                  | "GroupByPartition" >> beam.GroupByKey())
     sorted_ = grouped | "Sort" >> beam.ParDo(
         _SortRuns(self.directory, bool(self.spill_directory), self.bounds)).with_outputs(

@@ -1,7 +1,8 @@
-"""PrepareImages: every image located (file size) and given its split; duplicates dropped."""
+"""PrepareImages: images in batches, each located (file size) and given its split;
+DedupeImages: duplicates dropped (Beam's sink)."""
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
 
@@ -24,30 +25,29 @@ def pick_one(uri: str, anns: Iterable[ImageAnnotation]
       f"from {anns[0].source} (source id {anns[0].source_id!r}) is used") for dup in anns[1:]]
 
 
-def _locate_and_assign(ann: ImageAnnotation, fractions: Optional[Mapping[str, float]],
-                       size: Any = None):
-  """Fill in the file size and the split, or report the missing file (one fused step).
-  `size` is the file size or InputError when it was looked up already (_locate_batch), or
-  the annotation's own size_bytes when its source saw the file (COCO's paths.resolve_sized)."""
-  kill_point("parse")
+def _located(ann: ImageAnnotation, fractions: Optional[Mapping[str, float]], size: Any
+             ) -> Union[ImageAnnotation, ErrorRecord]:
+  """The annotation with its file size and split, or the ErrorRecord that replaces it (a
+  missing file; more objects than an image may have, for a format that did not bound them).
+  `size` is the file size or InputError when it was looked up already (remote images), else
+  None: the annotation's own size_bytes when its source saw the file (COCO's
+  paths.resolve_sized), or a stat."""
   too_many = bounds.over_the_bound(ann)  # a format that did not bound it itself
   if too_many is not None:
-    yield beam.pvalue.TaggedOutput("errors", too_many)
-    return
+    return too_many
   try:
     if size is None:
       size = ann.size_bytes if ann.size_bytes is not None else paths.file_size(ann.uri)
     if isinstance(size, InputError):
       raise size
   except InputError as e:
-    yield beam.pvalue.TaggedOutput("errors", e.record(ann.source, ann.key))
-    return
+    return e.record(ann.source, ann.key)
   if fractions:
     split = splitting.split_for_key(ann.key, fractions)
   else:
     split = ann.split or DEFAULT_SPLIT
-  yield ann if (size, split) == (ann.size_bytes, ann.split) else ann.replace(size_bytes=size,
-                                                                            split=split)
+  return ann if (size, split) == (ann.size_bytes, ann.split) else ann.replace(size_bytes=size,
+                                                                             split=split)
 
 
 REMOTE_LOCATE_THREADS = 16
@@ -60,14 +60,63 @@ def _size_or_error(uri: str) -> Any:
     return e
 
 
-def _locate_batch(batch: Sequence[ImageAnnotation], fractions: Optional[Mapping[str, float]]):
-  """_locate_and_assign over a batch, the sizes looked up concurrently: on an object store
-  each lookup is a round trip, and one at a time they cost as much as the reads."""
-  import concurrent.futures
-  with concurrent.futures.ThreadPoolExecutor(REMOTE_LOCATE_THREADS) as pool:
-    sizes = list(pool.map(_size_or_error, [a.uri for a in batch]))
+def locate_batch(batch: Sequence[ImageAnnotation], fractions: Optional[Mapping[str, float]],
+                 remote: bool = False) -> Tuple[List[ImageAnnotation], List[ErrorRecord]]:
+  """(the batch's located images, in order; its error records). `remote`: the sizes are
+  looked up concurrently (on an object store each lookup is a round trip, and one at a time
+  they cost as much as the reads)."""
+  kill_point("parse")
+  if remote:
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(REMOTE_LOCATE_THREADS) as pool:
+      sizes: Sequence[Any] = list(pool.map(_size_or_error, [a.uri for a in batch]))
+  else:
+    sizes = [None] * len(batch)
+  images: List[ImageAnnotation] = []
+  errors: List[ErrorRecord] = []
   for ann, size in zip(batch, sizes):
-    yield from _locate_and_assign(ann, fractions, size)
+    located = _located(ann, fractions, size)
+    (errors if isinstance(located, ErrorRecord) else images).append(located)
+  return images, errors
+
+
+def _locate(batch: List[ImageAnnotation], fractions: Optional[Mapping[str, float]],
+            remote: bool):
+  images, errors = locate_batch(batch, fractions, remote)
+  for error in errors:
+    yield beam.pvalue.TaggedOutput("errors", error)
+  if images:
+    yield images
+
+
+# Images per element from here to the sort's spill: one Beam element per image cost ~0.75 us
+# for each step it passed (a fused Map, in-process runner); a batch of a few hundred kB
+# stays far below any runner's element limits.
+BATCH_IMAGES = 1000
+
+
+class PrepareImages(beam.PTransform):
+  """PCollection[ImageAnnotation] -> (PCollection[List[ImageAnnotation]], errors).
+
+  In: images straight from a source. Out: batches of at most BATCH_IMAGES images (formed
+  within each bundle, so a large source stays many elements across workers), each image with
+  a split and a file size; images whose file is missing, or with more objects than any image
+  may have (bounds.py), become ErrorRecords. `remote`: images on an object store, whose sizes
+  are looked up concurrently, a batch at a time.
+  """
+
+  def __init__(self, fractions: Optional[Mapping[str, float]], remote: bool = False):
+    super().__init__()
+    self.fractions = dict(fractions) if fractions else None
+    self.remote = remote
+
+  def expand(self, images):
+    located = (images
+               | "Batch" >> beam.BatchElements(min_batch_size=BATCH_IMAGES,
+                                               max_batch_size=BATCH_IMAGES)
+               | "Locate" >> beam.FlatMap(_locate, self.fractions, self.remote).with_outputs(
+                   "errors", main="images"))
+    return located.images, located.errors
 
 
 def _first_of_duplicates(ident: Tuple[str, str], anns: Iterable[ImageAnnotation]):
@@ -77,39 +126,16 @@ def _first_of_duplicates(ident: Tuple[str, str], anns: Iterable[ImageAnnotation]
   yield kept
 
 
-class PrepareImages(beam.PTransform):
-  """PCollection[ImageAnnotation] -> (located, split-assigned images, errors).
+class DedupeImages(beam.PTransform):
+  """PCollection[List[ImageAnnotation]] -> (PCollection[ImageAnnotation], errors): one
+  annotation per file and split (a shuffle by both; a file in two splits is written to each).
+  For Beam's sink (--sink beam); the shard writer does the same inside its own sort instead
+  (shard_plan.sort_partition), which saves this shuffle."""
 
-  In: images straight from a source. Out: every image with a split and a file size; images
-  whose file is missing, or with more objects than any image may have (bounds.py), become
-  ErrorRecords. With dedupe, a file annotated twice in one split
-  keeps one annotation here (a shuffle by file and split: a file in two splits is written to
-  each); the shard writer does the same inside its own grouping instead
-  (shard_plan.ShardPlan.duplicates), which saves that shuffle.
-  """
-
-  def __init__(self, fractions: Optional[Mapping[str, float]], dedupe: bool = True,
-               remote: bool = False):
-    super().__init__()
-    self.fractions = dict(fractions) if fractions else None
-    self.dedupe = dedupe
-    self.remote = remote  # images on an object store: look sizes up in concurrent batches
-
-  def expand(self, images):
-    if self.remote:
-      images = images | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=256)
-      locate = beam.FlatMap(_locate_batch, self.fractions)
-    else:
-      locate = beam.FlatMap(_locate_and_assign, self.fractions)
-    located = (images
-               | "Locate" >> locate.with_output_types(ImageAnnotation).with_outputs(
-                   "errors", main="images"))
-    if not self.dedupe:
-      return located.images, located.errors
-    unique = (located.images
-              | "ByFile" >> beam.Map(lambda a: ((a.uri, a.split), a))
+  def expand(self, batches):
+    unique = (batches
+              | "ByFile" >> beam.FlatMap(lambda batch: [((a.uri, a.split), a) for a in batch])
               | "GroupByFile" >> beam.GroupByKey()
               | "Dedupe" >> beam.FlatMapTuple(_first_of_duplicates).with_outputs(
                   "errors", main="images"))
-    errors = (located.errors, unique.errors) | "Errors" >> beam.Flatten()
-    return unique.images, errors
+    return unique.images, unique.errors

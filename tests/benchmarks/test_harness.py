@@ -224,6 +224,8 @@ def test_same_bytes_names_what_differs_and_ignores_the_times(tmp_path):
     (out / "train-00000-of-00001.tfrecord").write_bytes(shard)
     (out / "manifest.json").write_text(json.dumps({"created": created, "splits": {"train": 1}}))
     (out / "README.md").write_text(f"made {created}")
+  (a / "errors-00000-of-00001.jsonl").write_text('{"k": 1}\n{"k": 2}\n')
+  (b / "errors-00000-of-00001.jsonl").write_text('{"k": 2}\n{"k": 1}\n')  # workers' order
   assert same_bytes.differences(a, b) == []
   (b / "train-00000-of-00001.tfrecord").write_bytes(b"\x01\x03")
   (b / "manifest.json").write_text(json.dumps({"created": "x", "splits": {"train": 2}}))

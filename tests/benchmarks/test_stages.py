@@ -77,7 +77,7 @@ CAPTURED = [
     # locate: the join resolves and stats the image (paths' helpers are their caller's)
     (MAIN, BUNDLE + ";" + JOIN + ";resolve_sized (beam_tfrecord/storage/paths.py:104);"
      "_plain_path_inside (beam_tfrecord/storage/paths.py:169)", stages.LOCATE),
-    (MAIN, BUNDLE + ";_locate_and_assign (beam_tfrecord/prepare/locate.py:40);"
+    (MAIN, BUNDLE + ";locate_batch (beam_tfrecord/prepare/locate.py:40);"
      "ImageAnnotation.replace (beam_tfrecord/records/model.py:85)", stages.LOCATE),
     # select
     (MAIN, BUNDLE + ";_Select.process (beam_tfrecord/prepare/select.py:58);"

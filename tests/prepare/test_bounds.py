@@ -20,12 +20,35 @@ def _image(name: str, objects: int) -> ImageAnnotation:
 def test_an_image_over_the_bound_becomes_one_error_the_rest_passes():
   full, empty = _image("full.jpg", BOUND), _image("empty.jpg", 0)
   with beam.Pipeline("FnApiRunner") as p:
-    images, errors = (p | beam.Create([full, _image("big.jpg", BOUND + 1), empty])
-                      | PrepareImages(None))
-    assert_that(images, equal_to([full, empty]), label="Images")
+    batches, errors = (p | beam.Create([full, _image("big.jpg", BOUND + 1), empty])
+                       | PrepareImages(None))
+    assert_that(batches, equal_to([[full, empty]]), label="Images")  # one bundle, one batch
     assert_that(errors | beam.Map(ErrorRecord.to_json), equal_to([
         ErrorRecord(source="/d/a.json", stage="parse", reason="too_many_objects",
                     key="big.jpg", level="image",
                     message=f"big.jpg has {BOUND + 1:,} objects, more than the {BOUND:,} one "
                     "image may have: the image is not converted").to_json()]),
         label="Errors")
+
+
+def test_locate_batch_keeps_the_order_and_reports_each_lost_image(tmp_path):
+  """prepare/locate.locate_batch, without Beam: sizes from the source or a stat (or, remote,
+  looked up concurrently), hash splits with fractions, one error per lost image."""
+  from beam_tfrecord.prepare import splitting
+  from beam_tfrecord.prepare.locate import locate_batch
+  (tmp_path / "b.jpg").write_bytes(b"12345")
+  seen = _image("seen.jpg", 1)  # its source gave a size: no stat
+  stat = ImageAnnotation(key="b.jpg", uri=str(tmp_path / "b.jpg"), source_id="b", source="s",
+                         split="val")
+  lost = ImageAnnotation(key="c.jpg", uri=str(tmp_path / "c.jpg"), source_id="c", source="s")
+  batch = [seen, _image("big.jpg", BOUND + 1), stat, lost]
+  images, errors = locate_batch(batch, None)
+  assert images == [seen, stat.replace(size_bytes=5)]
+  assert [(e.key, e.reason) for e in errors] == [("big.jpg", "too_many_objects"),
+                                                ("c.jpg", "missing_image")]
+  images, errors = locate_batch([lost, stat], None, remote=True)  # every size looked up
+  assert images == [stat.replace(size_bytes=5)] and [e.key for e in errors] == ["c.jpg"]
+  fractions = {"train": 0.5, "val": 0.5}
+  images, _ = locate_batch([seen, stat], fractions)
+  assert [a.split for a in images] == [splitting.split_for_key(a.key, fractions)
+                                       for a in (seen, stat)]

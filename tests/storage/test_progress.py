@@ -37,8 +37,8 @@ def test_progress_reaches_the_total(tmp_path, beam_args):
   staging = outputs.run_dir(config.output, "test")
   with beam.Pipeline(options=PipelineOptions(beam_args)) as p:
     source, _ = registry.read(p, config, first_id=1, local=pipeline.local_runner(p))
-    images, _ = source.images | locate.PrepareImages(None)
-    images = images | beam.Map(packed.pack)
+    batches, _ = source.images | locate.PrepareImages(None)
+    images = batches | beam.Map(lambda batch: [packed.pack(a) for a in batch])
     label_map = beam.pvalue.AsSingleton(p | label_stage.BuildLabelMap(source, None))
     runs = os.path.join(staging, ".work", "runs")
     counts, _ = images | plan_stage.SortRuns(runs)
