@@ -8,7 +8,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
-from beam_tfrecord.records import keypoints
+from beam_tfrecord.records import keypoints, plain
 from beam_tfrecord.records.keypoints import KeypointLayout
 from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation, InputError,
                                          ObjectAnnotation)
@@ -27,6 +27,9 @@ def _duplicate_category(element):
 
 
 _INDEX = operator.itemgetter(0)
+# one image and its objects per COCO image: built without the frozen dataclasses' per-field
+# object.__setattr__ (records/plain.maker)
+_IMAGE, _OBJECT, _BOX = (plain.maker(c) for c in (ImageAnnotation, ObjectAnnotation, Box))
 
 
 def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: bool,
@@ -99,11 +102,11 @@ def join_found(uri: str, image_id: int, images: List[Tuple], objects: List[Tuple
     except InputError as e:
       yield beam.pvalue.TaggedOutput("errors", e.record(source, key, level="object"))
       continue
-    objs.append(ObjectAnnotation(label=name, box=Box(*box), is_crowd=is_crowd, area=area,
-                                 id=ann_id, segmentation=segmentation, keypoints=points))
-  yield ImageAnnotation(key=key, uri=image_uri, source_id=str(image_id), source=uri,
-                        objects=tuple(objs), split=split, width=width, height=height,
-                        size_bytes=size, keypoint_names=layout.names if layout else ())
+    objs.append(_OBJECT(label=name, box=_BOX(*box), is_crowd=is_crowd, area=area,
+                        id=ann_id, segmentation=segmentation, keypoints=points))
+  yield _IMAGE(key=key, uri=image_uri, source_id=str(image_id), source=uri,
+               objects=tuple(objs), split=split, width=width, height=height,
+               size_bytes=size, keypoint_names=layout.names if layout else ())
 
 
 def _points(layout: Optional[KeypointLayout], name: str, given: Optional[Tuple], what: str
