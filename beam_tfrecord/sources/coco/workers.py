@@ -24,6 +24,10 @@ from beam_tfrecord.sources.coco.stream import SECTIONS, missing_section, stream_
 OBJECT_BUFFER = 200_000
 
 
+_PARSERS = {"images": parse_image, "annotations": annotation_fields,
+            "categories": parse_category}
+
+
 class _ParseSection(beam.DoFn):
   """(split, json_uri, image_root, section) -> tagged small records.
 
@@ -54,8 +58,7 @@ class _ParseSection(beam.DoFn):
     buffer.clear()
 
   def _emit(self, uri, split, image_root, section, index, record, buffer):
-    parse = {"images": parse_image, "annotations": annotation_fields,
-             "categories": parse_category}[section]
+    parse = _PARSERS[section]
     try:
       if isinstance(record, InputError):  # an entry the parser rejected (too deep)
         raise record
