@@ -214,6 +214,7 @@ class ExampleLayout:
 
 
 def _remember(cache, key, value: bytes) -> bytes:
+  """`value`, stored in `cache` under `key`."""
   if len(cache) > 100_000:  # bounded: byte lengths of images vary without end
     cache.clear()
   cache[key] = value
