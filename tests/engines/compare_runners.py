@@ -1,0 +1,166 @@
+"""Are the outputs on Prism byte-identical to the DirectRunner's? (issue 39)
+
+  python tests/engines/compare_runners.py [--env process|loopback] [--formats coco,voc,...]
+                                          [--keep] [--tree DIR]
+
+Makes the tests' generated dataset in every format the tool reads (benchmarks/same_bytes.py's
+sources: the tests' writers of each labelling tool's layout, COCO with every kind of
+segmentation), plus COCO with `--layout tfds`; converts each with the default in-process runner
+(no --runner) and with deploy/engines/convert-on.sh prism, and compares every file that carries
+no time (shards, label maps, error files, the manifest without its times; under --layout tfds
+every file of the tree) byte for byte. Exit 0 when all are identical.
+--tree DIR: run that checkout's beam_tfrecord (PYTHONPATH and cwd), e.g. a worktree with
+proposed fixes applied. Conversions run one at a time (2-core machine).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+CONVERT_ON = REPO / "deploy" / "engines" / "convert-on.sh"
+# manifest fields that carry a time, a path or a file stamp of the run (the rest must match)
+VOLATILE = {"created", "created_at", "finished", "started", "duration_seconds", "run_id",
+            "args", "output", "tool_version", "tfds_root", "stamps", "previous"}
+
+
+def sources(root: Path) -> Dict[str, List[str]]:
+  """{name: convert arguments}: benchmarks/same_bytes.py's formats, and COCO as --layout tfds."""
+  for path in (REPO / "benchmarks", REPO / "tests"):
+    if str(path) not in sys.path:
+      sys.path.insert(0, str(path))
+  import same_bytes  # noqa: E402
+  found = same_bytes.make_sources(root)
+  found["coco-tfds"] = found["coco"] + ["--layout=tfds", "--dataset-name=shapes"]
+  found["coco-copies"] = coco_with_copies(root / "copies")
+  return found
+
+
+def coco_with_copies(root: Path, count: int = 12, contents: int = 6,
+                     copies: int = 8) -> List[str]:
+  """A COCO dataset where each of `contents` images' bytes sit under `copies` more names:
+  duplicate_content
+  warnings from FindCopies' shuffle, whose order on a distributed runner is the runner's
+  (/tmp/engines-fixes/1.diff: errors-*.jsonl sorted in Finalize)."""
+  import conftest  # noqa: E402  (tests/, on sys.path above)
+  ds = conftest.make_dataset(root, count=count, seed=11, extras=False)
+  doc = json.loads(ds.coco_file("train").read_text(encoding="utf-8"))
+  for first in doc["images"][:contents]:
+    for n in range(copies):
+      name = f"copy_{n:03d}_{first['file_name']}"
+      shutil.copy(ds.image_dir / first["file_name"], ds.image_dir / name)
+      doc["images"].append(dict(first, id=100_000 + 1_000 * first["id"] + n, file_name=name))
+  ds.coco_file("train").write_text(json.dumps(doc), encoding="utf-8")
+  return ["--format=coco", *ds.inputs("coco"), "--num-shards=2"]
+
+
+def _manifest(path: Path) -> dict:
+  def strip(value):
+    if isinstance(value, dict):
+      return {k: strip(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+      return [strip(v) for v in value]
+    return value
+  return strip(json.loads(path.read_text(encoding="utf-8")))
+
+
+def differences(a: Path, b: Path) -> List[str]:
+  """What differs between two outputs, every file of the tree (README.md cards aside: they
+  name the output's path and the run's time; manifest.json: its times aside)."""
+  files_a = {p.relative_to(a) for p in a.rglob("*") if p.is_file()}
+  files_b = {p.relative_to(b) for p in b.rglob("*") if p.is_file()}
+  found = ([f"only in one output: {sorted(map(str, files_a ^ files_b))}"]
+           if files_a != files_b else [])
+  for rel in sorted(files_a & files_b):
+    if rel.name == "README.md":
+      continue
+    if rel.name == "manifest.json":
+      if _manifest(a / rel) != _manifest(b / rel):
+        found.append(f"{rel} differs")
+    elif rel.name == "dataset_info.json":
+      # TFDS's dataset_info.json: compared without the output's own path, if it names one
+      if (a / rel).read_text().replace(str(a), "OUT") != (b / rel).read_text().replace(str(b), "OUT"):
+        found.append(f"{rel} differs")
+    elif (a / rel).read_bytes() != (b / rel).read_bytes():
+      found.append(f"{rel} differs")
+  return found
+
+
+def environment(tree: Path) -> Dict[str, str]:
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  if tree != REPO:
+    env["PYTHONPATH"] = str(tree) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+  return env
+
+
+def python() -> str:
+  return os.environ.get("BEAM_TFRECORD_PYTHON") or str(REPO / ".venv" / "bin" / "python")
+
+
+def convert_direct(args: List[str], output: Path, tree: Path = REPO,
+                   timeout: float = 600) -> subprocess.CompletedProcess:
+  """The default runner (in-process FnApiRunner: no --runner)."""
+  return subprocess.run([python(), "-m", "beam_tfrecord.cli", "convert", *args,
+                         f"--output={output}"], cwd=tree, env=environment(tree),
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def convert_prism(args: List[str], output: Path, env_type: str = "process", tree: Path = REPO,
+                  timeout: float = 600) -> subprocess.CompletedProcess:
+  return subprocess.run(["bash", str(CONVERT_ON), "prism", "--env", env_type, "--", *args,
+                         f"--output={output}"], cwd=tree, env=environment(tree),
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def last_error(done: subprocess.CompletedProcess) -> str:
+  lines = [l for l in done.stderr.splitlines() if l.startswith("beam-tfrecord:")]
+  return (lines[-1] if lines else (done.stderr.strip().splitlines() or [""])[-1])[:2000]
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--env", default="process", choices=["process", "loopback"])
+  parser.add_argument("--formats", help="comma-separated subset (default: all)")
+  parser.add_argument("--tree", default=str(REPO), help="the checkout to run (default: this)")
+  parser.add_argument("--keep", action="store_true", help="keep the outputs and logs")
+  args = parser.parse_args(argv)
+  tree = Path(args.tree).resolve()
+  work = Path(tempfile.mkdtemp(prefix="engines-compare-"))
+  failures = 0
+  try:
+    found = sources(work / "src")
+    names = args.formats.split(",") if args.formats else list(found)
+    for name in names:
+      direct, prism = work / "out" / f"{name}-direct", work / "out" / f"{name}-prism"
+      d = convert_direct(found[name], direct, tree)
+      p = convert_prism(found[name], prism, args.env, tree)
+      (work / f"{name}-prism.log").write_text(p.stderr)
+      if d.returncode != 0:
+        print(f"{name}: DirectRunner failed ({d.returncode}): {last_error(d)}")
+        failures += 1
+      elif p.returncode != 0:
+        print(f"{name}: Prism ({args.env}) failed ({p.returncode}): {last_error(p)}")
+        failures += 1
+      else:
+        diff = differences(direct, prism)
+        print(f"{name}: " + ("identical" if not diff else "DIFFERENT: " + "; ".join(diff[:5])))
+        failures += bool(diff)
+      sys.stdout.flush()
+  finally:
+    if args.keep:
+      print(f"outputs and logs kept in {work}")
+    else:
+      shutil.rmtree(work, ignore_errors=True)
+  return 1 if failures else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
