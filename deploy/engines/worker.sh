@@ -40,4 +40,8 @@ for a in "$@"; do
   args+=("$a")
 done
 semi=$(mktemp -d "${BEAM_WORKER_TMP:-${TMPDIR:-/tmp}}/worker.XXXXXX")
+# boot writes pipeline_options.json into its working directory (which Prism leaves as the
+# launcher's: a stray file in the user's folder), and a worker on Dataflow does not start in
+# the launcher's folder either (a relative path that only works there should fail here too).
+cd "$semi"
 exec "$BEAM_BOOT" --semi_persist_dir="$semi" "${args[@]}"
