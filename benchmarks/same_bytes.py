@@ -35,9 +35,9 @@ MODES = {
     "multi_processing": ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
                          "--direct_num_workers=2"],
 }
-# manifest fields that carry a time or a path of the run (everything else must match)
+# manifest fields that carry a time, a path or a file stamp of the run (the rest must match)
 VOLATILE = {"created", "created_at", "finished", "started", "duration_seconds", "run_id",
-            "args", "output", "tool_version"}
+            "args", "output", "tool_version", "tfds_root", "stamps", "previous"}
 
 
 def make_sources(root: Path) -> Dict[str, List[str]]:
@@ -99,26 +99,35 @@ def _manifest(path: Path) -> dict:
   return strip(json.loads(path.read_text(encoding="utf-8")))
 
 
-def differences(a: Path, b: Path) -> List[str]:
-  """What differs between two outputs (names of files, and the manifest's fields)."""
-  names_a = {p.name for p in a.iterdir() if not p.name.startswith(".")}
-  names_b = {p.name for p in b.iterdir() if not p.name.startswith(".")}
-  found = [f"only in one output: {sorted(names_a ^ names_b)}"] if names_a != names_b else []
-  for name in sorted(names_a & names_b):
-    if name == "README.md":
-      continue  # the card names the output's path and the run's time
-    if name == "manifest.json":
-      if _manifest(a / name) != _manifest(b / name):
-        found.append("manifest.json differs")
-    elif name.startswith("errors-") and name.endswith(".jsonl"):
-      # the same records; their order is the workers' (multi_processing: not deterministic,
-      # seen between two runs of one commit)
-      if sorted((a / name).read_bytes().splitlines()) != sorted(
-          (b / name).read_bytes().splitlines()):
-        found.append(f"{name} differs")
-    elif (a / name).read_bytes() != (b / name).read_bytes():
-      found.append(f"{name} differs")
+def differences(a: Path, b: Path, ordered_errors: bool = False) -> List[str]:
+  """What differs between two outputs, every file of the tree (README.md cards aside: they
+  name the output's path and the run's time; manifest.json without its times; TFDS's
+  dataset_info.json without the output's own path). Error files compare as records (their
+  order is the workers': multi_processing gave two orders in two runs of one commit), or
+  byte for byte with `ordered_errors`."""
+  files_a = {p.relative_to(a) for p in a.rglob("*") if p.is_file() and not _hidden(p, a)}
+  files_b = {p.relative_to(b) for p in b.rglob("*") if p.is_file() and not _hidden(p, b)}
+  found = ([f"only in one output: {sorted(map(str, files_a ^ files_b))}"]
+           if files_a != files_b else [])
+  for rel in sorted(files_a & files_b):
+    x, y = a / rel, b / rel
+    if rel.name == "README.md":
+      continue
+    if rel.name == "manifest.json":
+      same = _manifest(x) == _manifest(y)
+    elif rel.name == "dataset_info.json":
+      same = x.read_text().replace(str(a), "OUT") == y.read_text().replace(str(b), "OUT")
+    elif rel.name.startswith("errors-") and rel.suffix == ".jsonl" and not ordered_errors:
+      same = sorted(x.read_bytes().splitlines()) == sorted(y.read_bytes().splitlines())
+    else:
+      same = x.read_bytes() == y.read_bytes()
+    if not same:
+      found.append(f"{rel} differs")
   return found
+
+
+def _hidden(path: Path, root: Path) -> bool:
+  return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
 def main(argv=None) -> int:

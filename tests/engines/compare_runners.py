@@ -27,17 +27,14 @@ from typing import Dict, List, Tuple
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 CONVERT_ON = REPO / "deploy" / "engines" / "convert-on.sh"
-# manifest fields that carry a time, a path or a file stamp of the run (the rest must match)
-VOLATILE = {"created", "created_at", "finished", "started", "duration_seconds", "run_id",
-            "args", "output", "tool_version", "tfds_root", "stamps", "previous"}
+for _path in (REPO / "benchmarks", REPO / "tests"):
+  if str(_path) not in sys.path:
+    sys.path.insert(0, str(_path))
+import same_bytes  # noqa: E402  (benchmarks/: the formats, and how outputs compare)
 
 
 def sources(root: Path) -> Dict[str, List[str]]:
   """{name: convert arguments}: benchmarks/same_bytes.py's formats, and COCO as --layout tfds."""
-  for path in (REPO / "benchmarks", REPO / "tests"):
-    if str(path) not in sys.path:
-      sys.path.insert(0, str(path))
-  import same_bytes  # noqa: E402
   found = same_bytes.make_sources(root)
   found["coco-tfds"] = found["coco"] + ["--layout=tfds", "--dataset-name=shapes"]
   found["coco-copies"] = coco_with_copies(root / "copies")
@@ -62,36 +59,10 @@ def coco_with_copies(root: Path, count: int = 12, contents: int = 6,
   return ["--format=coco", *ds.inputs("coco"), "--num-shards=2"]
 
 
-def _manifest(path: Path) -> dict:
-  def strip(value):
-    if isinstance(value, dict):
-      return {k: strip(v) for k, v in value.items() if k not in VOLATILE}
-    if isinstance(value, list):
-      return [strip(v) for v in value]
-    return value
-  return strip(json.loads(path.read_text(encoding="utf-8")))
-
-
 def differences(a: Path, b: Path) -> List[str]:
-  """What differs between two outputs, every file of the tree (README.md cards aside: they
-  name the output's path and the run's time; manifest.json: its times aside)."""
-  files_a = {p.relative_to(a) for p in a.rglob("*") if p.is_file()}
-  files_b = {p.relative_to(b) for p in b.rglob("*") if p.is_file()}
-  found = ([f"only in one output: {sorted(map(str, files_a ^ files_b))}"]
-           if files_a != files_b else [])
-  for rel in sorted(files_a & files_b):
-    if rel.name == "README.md":
-      continue
-    if rel.name == "manifest.json":
-      if _manifest(a / rel) != _manifest(b / rel):
-        found.append(f"{rel} differs")
-    elif rel.name == "dataset_info.json":
-      # TFDS's dataset_info.json: compared without the output's own path, if it names one
-      if (a / rel).read_text().replace(str(a), "OUT") != (b / rel).read_text().replace(str(b), "OUT"):
-        found.append(f"{rel} differs")
-    elif (a / rel).read_bytes() != (b / rel).read_bytes():
-      found.append(f"{rel} differs")
-  return found
+  """benchmarks/same_bytes.differences, error files byte for byte: their order is what a
+  distributed runner changes."""
+  return same_bytes.differences(a, b, ordered_errors=True)
 
 
 def environment(tree: Path) -> Dict[str, str]:
