@@ -363,7 +363,7 @@ def test_the_spill_directory_is_removed_when_parsing_fails(tmp_path, spill_root,
 
   def broken(record):  # the categories come last: everything has been spilled by then
     raise RuntimeError("a bug in the parser")
-  monkeypatch.setattr(coco, "parse_category", broken)
+  monkeypatch.setitem(coco._PARSERS, "categories", broken)
   join = coco._JoinFile(False, drop_background=True, partitions=64, buffer_bytes=4 << 10)
   with pytest.raises(RuntimeError, match="a bug in the parser"):
     list(join.process(("train", path, "imgs")))
