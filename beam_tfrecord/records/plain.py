@@ -90,8 +90,8 @@ def record_converters(cls: Type) -> Tuple[_Convert, _Convert]:
 def maker(cls: Type) -> Callable[..., Any]:
   """A constructor of `cls` with its __init__'s signature that fills the new record's __dict__
   directly; `cls` itself where __init__ does more than set fields (__post_init__, slots,
-  init=False fields, default factories). For records made per image (write/images.py):
-  ImageInfo 2.0 -> 0.6 us (loaded 2-core machine, medians)."""
+  init=False fields, default factories). For records made per image (write/images.py,
+  sources/coco/join.py): ImageInfo 2.0 -> 0.6 us (loaded 2-core machine, medians)."""
   fields = dataclasses.fields(cls)
   if (hasattr(cls, "__post_init__") or hasattr(cls, "__slots__") or
       any(not f.init or f.default_factory is not dataclasses.MISSING for f in fields)):

@@ -56,9 +56,9 @@ def plan(inputs: Sequence[Tuple[Optional[str], str]], follow_symlinks: bool = Fa
   if not follow_symlinks:
     linked = symlinked_folders(result)
     if linked:
-      raise UsageError(f"{named_few(linked, 5)} {'is a symlink' if len(linked) == 1 else 'are symlinks'} "
-                       "to a folder; pass --follow-symlinks to read the images in symlinked "
-                       "class folders")
+      are = "is a symlink" if len(linked) == 1 else "are symlinks"
+      raise UsageError(f"{named_few(linked, 5)} {are} to a folder; pass --follow-symlinks "
+                       "to read the images in symlinked class folders")
   return result
 
 

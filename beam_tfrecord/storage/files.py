@@ -272,7 +272,7 @@ def read_bytes(uri: str, limit: int = DEFAULT_MAX_IMAGE_BYTES, size: Optional[in
   bytes are read whatever its size was."""
   if uri.endswith(EMBEDDED):
     return _read_embedded(uri[:-len(EMBEDDED)], limit, follow_symlinks, root)
-  if "://" not in uri or not is_remote(uri):  # no scheme: local, without the regex
+  if not is_remote(uri):
     return _read_local(uri, limit, follow_symlinks or root is None, root)
   if uri.startswith("gs://"):
     return _read_gcs(uri, limit, size)
