@@ -28,6 +28,7 @@ from beam_tfrecord.records import coders, packed
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.sources import registry
 from beam_tfrecord.storage import files, paths
+from beam_tfrecord.write import leakage
 from beam_tfrecord.write.leakage import FindCopies
 from beam_tfrecord.write.shard_writer import merge_stats
 from beam_tfrecord.write.transform import (Indexing, WriteShards,
@@ -195,7 +196,8 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
         shard_tasks, plan, beam.pvalue.AsSingleton(unchanged))  # --if-changed: none
     writer = WriteShards(staging, runs_dir, label_map, plan, options, template, processes,
                          min_images, remote_images=remote, spread=not in_process(root),
-                         indexing=indexing)
+                         indexing=indexing, contents_directory=(
+                             leakage.contents_directory(spill_dir) if spill_dir else None))
     stats, write_errors = tasks | "WriteShards" >> writer
     write_errors = (sort_errors, write_errors) | "PlanAndWriteErrors" >> beam.Flatten()
     beam_files = root | "NoBeamFiles" >> beam.Create([])
@@ -227,7 +229,8 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
     beam_files = writer.written
 
   # identical image bytes across splits and within one (write/leakage.py): warnings, counts
-  copies, leakage_counts = writer.contents | "FindCopies" >> FindCopies(spill_dir)
+  copies, leakage_counts = writer.contents | "FindCopies" >> FindCopies(
+      spill_dir, spilled=bool(spill_dir) and config.sink == "shards")
   merged_stats = (stats
                   | "StatsKey" >> beam.Map(lambda s: ((s["split"], s["shard"]), s))
                   | "MergeStats" >> beam.CombinePerKey(merge_stats)

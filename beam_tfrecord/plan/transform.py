@@ -70,11 +70,7 @@ class _SortRuns(beam.DoFn):
     del entries
     for split, unique in sorted(by_split.items()):
       runs.write_run(self.directory, split, run, unique)
-      counts: dict = {}
-      for e in unique:
-        shard_plan.add_counts(counts, (split, shard_plan.partition_of(e[packed.HASH])),
-                              (1, e[packed.RECORDS], e[packed.SIZE]))
-      yield from counts.items()
+      yield from shard_plan.partition_counts(split, unique).items()
       if split in self.bounds:
         yield from shard_plan.counts_below_bounds(split, unique, self.bounds[split]).items()
     for error in errors:

@@ -14,10 +14,14 @@ The same file listed in two splits is not a copy of itself: the plan reports it
 from __future__ import annotations
 
 import bisect
+import marshal
+import os
+import uuid
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from beam_tfrecord.records.manifest import Leakage
 from beam_tfrecord.records.model import ErrorRecord
+from beam_tfrecord.storage.spill import Spill
 
 Copy = Tuple[str, str, str]          # (split, key, uri) of one written image
 Content = Tuple[str, str, str, str]  # (hex SHA-256, split, key, uri): what the writer emits
@@ -33,6 +37,12 @@ MAX_NAMED = 100
 # outputs, the count, the spill step; 100,000 images through FindCopies on the in-process
 # runner, 12.5-13.8 -> 9.1-9.8 us an image with start-up, medians of 3, loaded 2-core machine).
 BATCH = 10_000
+
+# Local runners: contents go to spill files by their digest's first byte, one partition file
+# read and sorted at a time (write/leakage.py): memory O(N / LOCAL_PARTITIONS) entries.
+LOCAL_PARTITIONS = 64
+# (partition, spill file, entries in it): what a bundle or a shard writer spilled
+Spilled = Tuple[int, str, int]
 
 LEAKED = "leaked_across_splits"
 DUPLICATE = "duplicate_content"
@@ -59,6 +69,48 @@ def batches(items: List[Content]) -> Iterator[List[Content]]:
   """`items` in lists of at most BATCH, in order (none when empty)."""
   for start in range(0, len(items), BATCH):
     yield items[start:start + BATCH]
+
+
+def partition_of(digest: bytes) -> int:
+  return digest[0] * LOCAL_PARTITIONS // 256
+
+
+def spill_record(digest: bytes, split: str, key: str, uri: str) -> bytes:
+  return marshal.dumps((digest, split, key, uri))
+
+
+class Collected:
+  """One shard's (or bundle's) contents as they are found: kept in a list (`items`, for the
+  runner's shuffle), or, with `directory` (local disk every worker of a local runner shares),
+  appended to spill files of their own under it by partition, so that no process holds one
+  entry per image: the shard writer's list came back whole to the runner's process, which
+  held every shard's until the write step ended (1M small images: +540 MB at its end)."""
+
+  def __init__(self, split: str, directory: Optional[str] = None):
+    self.split = split
+    self.items: List[Content] = []
+    self._spill: Optional[Spill] = None
+    self._counts: Dict[int, int] = {}
+    if directory is not None:
+      self._spill = Spill(LOCAL_PARTITIONS, os.path.join(directory, uuid.uuid4().hex))
+
+  def add(self, digest: str, key: str, uri: str) -> None:
+    if self._spill is None:
+      self.items.append((digest, self.split, key, uri))
+      return
+    raw = bytes.fromhex(digest)
+    p = partition_of(raw)
+    if not self._counts:
+      os.makedirs(self._spill.directory, exist_ok=True)
+    self._counts[p] = self._counts.get(p, 0) + 1
+    self._spill.add(p, spill_record(raw, self.split, key, uri))
+
+  def spilled(self) -> List[Spilled]:
+    """Flush; the (partition, file, entries) written (none without a directory)."""
+    if self._spill is None:
+      return []
+    self._spill.flush()
+    return [(p, self._spill.path(p), n) for p, n in sorted(self._counts.items())]
 
 
 def new() -> Copies:

@@ -11,8 +11,10 @@ image a few us of the runner's own code), split here into one entry per image.
   a percent of a dataset of 100 KB images; the digest itself costs nothing more: the writer
   hashes each file as it reads it.
 - Local runners (the in-process runner holds what it groups in memory): the digests are
-  spilled by their first byte into LOCAL_PARTITIONS partition files on local disk (the plan's
-  spill directory), and each partition is read and sorted alone: memory O(N / 64) entries.
+  spilled by their first byte into contents.LOCAL_PARTITIONS partition files on local disk
+  (the plan's spill directory), by the shard writers themselves (WriteShards'
+  contents_directory) or here, and each partition is read and sorted alone: memory
+  O(N / 64) entries.
 """
 from __future__ import annotations
 
@@ -20,7 +22,6 @@ import itertools
 import marshal
 import operator
 import os
-import uuid
 from typing import List, Optional
 
 import apache_beam as beam
@@ -28,10 +29,8 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_tfrecord.storage.spill import Spill, read_records
+from beam_tfrecord.storage.spill import read_records
 from beam_tfrecord.write import contents
-
-LOCAL_PARTITIONS = 64
 
 
 class _CopiesFn(beam.CombineFn):
@@ -62,34 +61,35 @@ def _reported(digest: bytes, copies: contents.Copies):
 
 
 class _SpillContents(beam.DoFn):
-  """Lists of (hex digest, split, key, uri) -> (partition, spill file) at the end of each
-  bundle: the bundle's digests appended to its own files under `directory`, by the digest's
-  first byte. Memory: spill.BUFFER_BYTES."""
+  """Lists of (hex digest, split, key, uri) -> contents.Spilled (partition, spill file,
+  entries) at the end of each bundle: the bundle's digests appended to its own files under
+  `directory`, by the digest's first byte (contents.Collected, as the shard writers spill
+  theirs). Memory: spill.BUFFER_BYTES."""
 
   def __init__(self, directory: str):
     self.directory = directory
 
   def start_bundle(self):
-    self._spill = Spill(LOCAL_PARTITIONS, os.path.join(self.directory, uuid.uuid4().hex))
-    os.makedirs(self._spill.directory, exist_ok=True)
+    self._found: dict = {}  # {split: contents.Collected}
 
   def process(self, batch: List[contents.Content]):
-    add = self._spill.add
-    for content in batch:
-      digest = bytes.fromhex(content[0])
-      add(digest[0] * LOCAL_PARTITIONS // 256, marshal.dumps((digest, *content[1:])))
+    for digest, split, key, uri in batch:
+      found = self._found.get(split)
+      if found is None:
+        found = self._found[split] = contents.Collected(split, self.directory)
+      found.add(digest, key, uri)
 
   def finish_bundle(self):
-    self._spill.flush()
-    for p in sorted(self._spill.written):
-      yield WindowedValue((p, self._spill.path(p)), MIN_TIMESTAMP, [GlobalWindow()])
+    for found in self._found.values():
+      for spilled in found.spilled():
+        yield WindowedValue(spilled, MIN_TIMESTAMP, [GlobalWindow()])
 
 
 _DIGEST = operator.itemgetter(0)
 
 
 def _report_partition(element):
-  """(partition, [spill files]) -> what _reported yields for each of its contents with
+  """(partition, [spill file]) -> what _reported yields for each of its contents with
   several copies. The files are left for Finalize's remove_work, as SortRuns leaves its own:
   a bundle retried after a failure downstream reads them again (scratch disk: ~100 bytes an
   image until the run ends)."""
@@ -109,26 +109,41 @@ def _report_partition(element):
     yield from _reported(digest, copies)
 
 
+def contents_directory(spill_directory: str) -> str:
+  """Where a local run's contents are spilled, by the shard writers or FindCopies."""
+  return os.path.join(spill_directory, "contents")
+
+
 class FindCopies(beam.PTransform):
   """PCollection of lists of (hex SHA-256, split, key, uri), one entry per written image ->
   (PCollection[ErrorRecord] (warnings), PCollection of (count key, n)): the counts of extra
   copies by kind (contents.PREFIX + reason) and of the images compared (contents.IMAGES),
   for the manifest's `leakage`. `spill_directory`: a local disk every worker shares (local
-  runners), else the runner's shuffle."""
+  runners), else the runner's shuffle. `spilled`: the input is contents.Spilled (partition,
+  spill file, entries) of files already spilled under contents_directory(spill_directory)
+  (WriteShards' writers spill their own), not lists."""
 
-  def __init__(self, spill_directory: Optional[str] = None):
+  def __init__(self, spill_directory: Optional[str] = None, spilled: bool = False):
     super().__init__()
-    self.spill_directory = spill_directory
+    self.spill_directory, self.spilled = spill_directory, spilled
+    if spilled and not spill_directory:
+      raise ValueError("spilled contents need the spill directory they are in")
 
   def expand(self, digests):
+    if self.spill_directory:
+      if not self.spilled:
+        digests = digests | "SpillDigests" >> beam.ParDo(
+            _SpillContents(contents_directory(self.spill_directory)))
+      count = lambda spilled: spilled[2]  # noqa: E731
+    else:
+      count = len
     compared = (digests
-                | "Compared" >> beam.Map(len)
+                | "Compared" >> beam.Map(count)
                 | "ComparedSum" >> beam.CombineGlobally(sum)
                 | "ComparedKey" >> beam.Map(lambda n: (contents.IMAGES, n)))
     if self.spill_directory:
       found = (digests
-               | "SpillDigests" >> beam.ParDo(_SpillContents(
-                   os.path.join(self.spill_directory, "contents")))
+               | "ByPartition" >> beam.Map(lambda spilled: (spilled[0], spilled[1]))
                | "GroupSpills" >> beam.GroupByKey()
                | "Report" >> beam.FlatMap(_report_partition).with_outputs(
                    "counts", main="errors"))

@@ -114,15 +114,20 @@ class ShardTask:
   delta: bool = False              # --append: this file is (or stays) a delta shard
   # `previous`'s file stamp and index digest as its version recorded them ('' where not)
   recorded: Tuple[str, str] = ("", "")
+  # local runners: each written image's content digest goes to spill files under this folder
+  # (contents.Collected), not back to the runner's process in ShardResult.contents
+  contents_directory: Optional[str] = None
 
 
 @dataclasses.dataclass
 class ShardResult:
   stats: Dict                      # new_stats + add_example, `path` (and `staged`) set
   errors: List[ErrorRecord]
-  # (hex SHA-256 of the file as read, key, uri) of each image written, kept or copied (the
-  # digest its earlier index entry has, if any): write/leakage.py groups them by digest
-  contents: List[Tuple[str, str, str]] = dataclasses.field(default_factory=list)
+  # (hex SHA-256 of the file as read, split, key, uri) of each image written, kept or copied
+  # (the digest its earlier index entry has, if any): write/leakage.py groups them by digest;
+  # with the task's contents_directory, `spilled` names the files they went to instead
+  contents: List[content_digests.Content] = dataclasses.field(default_factory=list)
+  spilled: List[content_digests.Spilled] = dataclasses.field(default_factory=list)
 
 
 def _create(uri: str):
@@ -162,7 +167,7 @@ def write_shard(task: ShardTask) -> ShardResult:
   partial = paths.child(task.staging, f".part-{uuid.uuid4().hex}-{name}")
   stats = new_stats(split, shard, name)
   errors: List[ErrorRecord] = []
-  contents: List[Tuple[str, str, str]] = []
+  found = content_digests.Collected(split, task.contents_directory)
   done = progress.ShardCounter(task.staging, name)
   anns = map(packed.unpack, runs.select(task.runs, task.lo, task.hi, task.by_records))
   # read-ahead threads: object stores wait on round trips, local files on little
@@ -183,7 +188,7 @@ def write_shard(task: ShardTask) -> ShardResult:
         stats["rejected"] += 1
         continue
       if tapped.digest:
-        contents.append((tapped.digest, ann.key, ann.uri))
+        found.add(tapped.digest, ann.key, ann.uri)
       for record in result.records:
         head, tail = framing(record)
         f.write(head)
@@ -195,7 +200,7 @@ def write_shard(task: ShardTask) -> ShardResult:
   done.close()
   stats["bytes"] = _size(final)
   _named(task, stats, name)
-  return ShardResult(stats, errors, contents)
+  return ShardResult(stats, errors, found.items, found.spilled())
 
 
 def _named(task: ShardTask, stats: Dict, name: str) -> None:
@@ -340,13 +345,13 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
     for entry, source in zip(old, sources):
       _add_entry(stats, entry)
       errors.extend(entry.error_records(source))
-    contents = _indexed_contents(old)
+    found = _indexed_contents(task, old)
     stats["reused"] = stats["images"] + stats["rejected"]
     stats["bytes"] = _size(task.previous[0])
     stats["kept_from"], stats["kept_index"] = task.previous
     stats["index_digest"] = old_digest
     _named(task, stats, name)
-    return ShardResult(stats, errors, contents)
+    return ShardResult(stats, errors, found.items, found.spilled())
 
   final = paths.child(task.staging, name)  # child: checked where it is written
   partial = paths.child(task.staging, f".part-{uuid.uuid4().hex}-{name}")
@@ -422,21 +427,26 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
         key=name, level="warning",
         message=f"{damaged} image(s) of the earlier shard {task.previous[0]} were not what "
         "its index says (framing, CRC or digest); they were encoded again"))
-  contents = _indexed_contents(entries)
+  found = _indexed_contents(task, entries)
   stats["index_digest"] = _write_index(task.staging, index_name, entries)
   kill_point("shard")
   _rename(partial, final)
   done.close()
   stats["bytes"] = _size(final)
   _named(task, stats, name)
-  return ShardResult(stats, errors, contents)
+  return ShardResult(stats, errors, found.items, found.spilled())
 
 
-def _indexed_contents(entries: Sequence[shard_index.Entry]) -> List[Tuple[str, str, str]]:
-  """ShardResult.contents of an indexed shard: each written image's digest, from its index
-  entry whether it was encoded now or kept or copied from the earlier shard (whose index
-  has it since the leakage check; an older index's images are not compared)."""
-  return [(e.content, e.key, e.uri) for e in entries if e.content and not e.rejected]
+def _indexed_contents(task: ShardTask, entries: Sequence[shard_index.Entry]
+                      ) -> content_digests.Collected:
+  """The contents of an indexed shard: each written image's digest, from its index entry
+  whether it was encoded now or kept or copied from the earlier shard (whose index has it
+  since the leakage check; an older index's images are not compared)."""
+  found = content_digests.Collected(task.split, task.contents_directory)
+  for e in entries:
+    if e.content and not e.rejected:
+      found.add(e.content, e.key, e.uri)
+  return found
 
 
 def _write_index(staging: str, name: str, entries: List[shard_index.Entry]) -> str:

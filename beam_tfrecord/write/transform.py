@@ -99,9 +99,10 @@ class _WriteShard(beam.DoFn):
   def __init__(self, staging: str, runs_directory: str, options: EncodeOptions,
                template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE, processes: int = 1,
                min_images: int = 0, remote_images: bool = False,
-               indexing: Indexing = Indexing()):
+               indexing: Indexing = Indexing(), contents_directory: Optional[str] = None):
     self.staging, self.runs = staging, runs_directory
     self.indexing = indexing
+    self.contents_directory = contents_directory
     self.remote_images = remote_images
     self.options = options
     self.template = template
@@ -138,6 +139,10 @@ class _WriteShard(beam.DoFn):
       if local:  # every core converts: read-ahead threads would only take turns with them
         task.read_ahead = 1
       self._pending.append(self._pool.submit(task))
+      # the shards written so far, in order, go on now: a result waiting for the bundle's
+      # end holds its stats and errors until then
+      while self._pending and self._pending[0].done():
+        yield from self._outputs(self._pending.pop(0).result())
 
   def task_of(self, split: str, shard: int, label_map, plan: ShardPlan) -> ShardTask:
     """The ShardTask of (split, shard): its range of the plan's runs, and with indexing what
@@ -147,7 +152,8 @@ class _WriteShard(beam.DoFn):
     task = ShardTask(self.staging, split, shard, split_plan.num_shards,
                      runs.shard_runs(self.runs, split, split_plan.runs_of(shard)), lo, hi,
                      split_plan.by_records, dict(label_map), self.options, self.template,
-                     remote_images=self.remote_images, index=self.indexing.index)
+                     remote_images=self.remote_images, index=self.indexing.index,
+                     contents_directory=self.contents_directory)
     previous = self.indexing.previous
     if previous is not None and split in plan.previous:  # the plan kept the earlier bounds
       reuse = self.indexing.reuse and dict(label_map) == previous.label_map
@@ -190,10 +196,10 @@ class _WriteShard(beam.DoFn):
     yield result.stats
     for error in result.errors:
       yield beam.pvalue.TaggedOutput("errors", error)
-    split = result.stats["split"]
-    for batch in contents.batches([(digest, split, key, uri)  # write/leakage.py
-                                   for digest, key, uri in result.contents]):
+    for batch in contents.batches(result.contents):  # write/leakage.py
       yield beam.pvalue.TaggedOutput("contents", batch)
+    for spilled in result.spilled:
+      yield beam.pvalue.TaggedOutput("contents", spilled)
 
 
 class WriteShards(beam.PTransform):
@@ -209,15 +215,20 @@ class WriteShards(beam.PTransform):
   (write/shard_index.py) and may be kept from the earlier output (stats `kept_from`: the
   finalize step links it) or rewritten copying unchanged images' records.
   `self.contents`: lists of (hex SHA-256, split, key, uri), one per image written from its
-  bytes, a shard's in batches of at most contents.BATCH (write/leakage.FindCopies).
+  bytes, a shard's in batches of at most contents.BATCH (write/leakage.FindCopies); with
+  `contents_directory` (local disk every worker shares: local runners) the writers spill them
+  there instead, and `self.contents` holds (partition, spill file, entries) of each file
+  (contents.Collected).
   """
 
   def __init__(self, staging: str, runs_directory: str, label_map, plan,
                options: EncodeOptions, template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE,
                processes: int = 1, min_images: int = 0, remote_images: bool = False,
-               spread: bool = True, indexing: Indexing = Indexing()):
+               spread: bool = True, indexing: Indexing = Indexing(),
+               contents_directory: Optional[str] = None):
     super().__init__()
     self.indexing = indexing
+    self.contents_directory = contents_directory
     self.staging, self.runs = staging, runs_directory
     self.label_map, self.plan = label_map, plan
     self.options = options
@@ -235,7 +246,8 @@ class WriteShards(beam.PTransform):
     written = (tasks
                | "Write" >> beam.ParDo(_WriteShard(
                    self.staging, self.runs, self.options, self.template, self.processes,
-                   self.min_images, self.remote_images, self.indexing),
+                   self.min_images, self.remote_images, self.indexing,
+                   self.contents_directory),
                                        self.label_map, self.plan).with_outputs(
                                            "errors", "contents", main="stats"))
     self.contents = written.contents

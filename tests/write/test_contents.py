@@ -3,12 +3,15 @@
 two splits not a copy of itself, and accumulators that merge in any order to the same."""
 from __future__ import annotations
 
+import hashlib
 import itertools
+import marshal
 import random
 
 import pytest
 
 from beam_tfrecord.records.manifest import Leakage
+from beam_tfrecord.storage.spill import read_records
 from beam_tfrecord.write import contents
 
 DIGEST = "ab" * 32
@@ -120,3 +123,30 @@ def test_batches_keep_order_and_bound_size():
   assert [len(b) for b in batches] == [contents.BATCH, contents.BATCH, 1]
   assert [c for b in batches for c in b] == items
   assert list(contents.batches([])) == []
+
+
+def test_collected_keeps_a_list_or_spills_by_partition(tmp_path):
+  found = [(hashlib.sha256(bytes([i])).hexdigest(), f"{i}.jpg", f"/d/{i}.jpg")
+           for i in range(200)]
+  kept = contents.Collected("val")
+  for item in found:
+    kept.add(*item)
+  assert kept.items == [(d, "val", k, u) for d, k, u in found]
+  assert kept.spilled() == []
+
+  spilling = contents.Collected("val", str(tmp_path / "contents"))
+  for item in found:
+    spilling.add(*item)
+  assert spilling.items == []
+  files = spilling.spilled()
+  assert sum(n for _, _, n in files) == 200
+  back = []
+  for partition, path, n in files:
+    records = [marshal.loads(r) for r in read_records(path)]
+    assert len(records) == n
+    assert {contents.partition_of(r[0]) for r in records} == {partition}
+    back += records
+  assert sorted(back) == sorted((bytes.fromhex(d), "val", k, u) for d, k, u in found)
+  # nothing found: no folder made
+  empty = contents.Collected("val", str(tmp_path / "none"))
+  assert empty.spilled() == [] and not (tmp_path / "none").exists()

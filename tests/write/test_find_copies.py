@@ -1,5 +1,6 @@
 """write/leakage.FindCopies on a real Beam pipeline: the distributed path (CombinePerKey by
-digest) and the local one (spill files by digest) report the same warnings and counts, for
+digest), the local one (spill files by digest) and the local one fed with files the shard
+writers spilled themselves (contents.Collected) report the same warnings and counts, for
 contents with one copy, copies across and within splits, and more copies than are named."""
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.write import contents
-from beam_tfrecord.write.leakage import FindCopies
+from beam_tfrecord.write.leakage import FindCopies, contents_directory
 
 pytestmark = pytest.mark.e2e
 
@@ -31,12 +32,29 @@ def _written():
   return items
 
 
-def _run(spill_directory, tmp_path):
-  out = tmp_path / ("spill" if spill_directory else "combine")
+def _writers_spill(items, spill_directory):
+  """contents.Spilled of `items` spilled as shard writers do: one Collected per shard of 37."""
+  spilled = []
+  for start in range(0, len(items), 37):
+    shard = items[start:start + 37]
+    found = contents.Collected(shard[0][1], contents_directory(spill_directory))
+    for digest, split, key, uri in shard:
+      if split != found.split:  # a shard holds one split
+        spilled += found.spilled()
+        found = contents.Collected(split, contents_directory(spill_directory))
+      found.add(digest, key, uri)
+    spilled += found.spilled()
+    assert found.items == []
+  return spilled
+
+
+def _run(spill_directory, tmp_path, spilled=False):
+  out = tmp_path / ("writers" if spilled else "spill" if spill_directory else "combine")
   with beam.Pipeline("FnApiRunner") as p:
     items = _written()  # in lists, as the writer hands them over
-    batches = [items[i:i + 37] for i in range(0, len(items), 37)]
-    errors, counts = (p | beam.Create(batches) | FindCopies(spill_directory))
+    batches = ([items[i:i + 37] for i in range(0, len(items), 37)] if not spilled else
+               _writers_spill(items, spill_directory))
+    errors, counts = (p | beam.Create(batches) | FindCopies(spill_directory, spilled))
     _ = errors | "E" >> beam.Map(ErrorRecord.to_json) | "WE" >> beam.io.WriteToText(
         str(out / "errors"), num_shards=1)
     _ = (counts | beam.CombinePerKey(sum) | beam.Map(json.dumps)
@@ -51,6 +69,7 @@ def test_both_paths_report_the_same(tmp_path):
   spilled = _run(str(spill), tmp_path)
   combined = _run(None, tmp_path)
   assert spilled == combined
+  assert _run(str(tmp_path / "writers-work"), tmp_path, spilled=True) == combined
   errors, counts = combined
   assert counts == {contents.IMAGES: 300 + 2 + contents.MAX_NAMED + 5,
                     contents.PREFIX + contents.LEAKED: 1,
@@ -61,3 +80,8 @@ def test_both_paths_report_the_same(tmp_path):
   assert sum(r["key"].startswith("b") for r in records) == contents.MAX_NAMED
   # the spill files stay for Finalize's remove_work: a retried bundle reads them again
   assert [p for p in spill.rglob("*") if p.is_file()]
+
+
+def test_spilled_needs_its_directory():
+  with pytest.raises(ValueError):
+    FindCopies(None, spilled=True)

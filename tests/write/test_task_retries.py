@@ -190,3 +190,33 @@ def test_task_run_twice_at_once_in_two_writer_processes(job):
   finally:
     pool.shutdown()
   _check(results, task, plan, staging, ds)
+
+
+def test_contents_spilled_by_each_attempt(job, tmp_path):
+  """With a contents folder (local runners) each attempt spills its images' digests to files
+  of its own (contents.Collected) and hands none back: every attempt's files hold each good
+  image's SHA-256 once, whichever attempt the runner keeps."""
+  import dataclasses
+  import hashlib
+  import marshal
+
+  from beam_tfrecord.storage.spill import read_records
+  from beam_tfrecord.write import contents
+  task, plan, staging, ds = job
+  task = dataclasses.replace(task, contents_directory=str(tmp_path / "contents"))
+  attempts = [shard_writer.write_shard(task), shard_writer.write_shard(task)]
+  expected = sorted(
+      (hashlib.sha256((ds.image_dir / im.file_name).read_bytes()).digest(), SPLIT,
+       im.file_name, str(ds.image_dir / im.file_name)) for im in ds.images)
+  files = set()
+  for result in attempts:
+    assert result.contents == []
+    spilled = [tuple(marshal.loads(r)) for p, path, n in result.spilled
+               for r in read_records(path)]
+    assert sum(n for _, _, n in result.spilled) == len(spilled)
+    assert sorted(spilled) == expected
+    assert all(contents.partition_of(r[0]) == p for p, path, _ in result.spilled
+               for r in map(marshal.loads, read_records(path)))
+    files |= {path for _, path, _ in result.spilled}
+  assert len(files) == sum(len(r.spilled) for r in attempts)  # no file shared
+  _check(attempts, task, plan, staging, ds)

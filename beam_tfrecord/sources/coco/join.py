@@ -57,12 +57,12 @@ def join_found(uri: str, image_id: int, images: List[Tuple], objects: List[Tuple
                layouts: Optional[Dict[str, KeypointLayout]] = None):
   """join_image of one image's entries (split, image_root, file_name, width, height) and its
   object chunks, as _JoinFile finds them (no grouped element to build per image)."""
-  source = f"{uri}#image_id={image_id}"
   if len(objects) > MAX_OBJECTS_PER_IMAGE and images:
     yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-        source=source, stage="parse", reason="too_many_objects", key=str(images[0][2]),
-        level="image", message=f"image id {image_id} has more than {MAX_OBJECTS_PER_IMAGE:,} "
-        "annotations, the most one image may have: the image is not converted"))
+        source=_image_source(uri, image_id), stage="parse", reason="too_many_objects",
+        key=str(images[0][2]), level="image",
+        message=f"image id {image_id} has more than {MAX_OBJECTS_PER_IMAGE:,} annotations, "
+        "the most one image may have: the image is not converted"))
     return
   if not images:
     for index, *_ in sorted(objects, key=lambda o: o[0]):  # one record per lost object
@@ -75,14 +75,14 @@ def join_found(uri: str, image_id: int, images: List[Tuple], objects: List[Tuple
                                                  min(images, key=repr))
   if len(images) > 1:
     yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-        source=source, stage="parse", reason="duplicate_image_id", key=str(file_name),
-        level="warning",
+        source=_image_source(uri, image_id), stage="parse", reason="duplicate_image_id",
+        key=str(file_name), level="warning",
         message=f"image id {image_id} appears {len(images)} times; the first is used"))
   try:
     key, image_uri, size = paths.resolve_sized(image_root, file_name, allow_absolute,
                                                follow_symlinks)
   except InputError as e:
-    yield beam.pvalue.TaggedOutput("errors", e.record(source, file_name))
+    yield beam.pvalue.TaggedOutput("errors", e.record(_image_source(uri, image_id), file_name))
     return
   objs: List[ObjectAnnotation] = []
   if len(objects) > 1:
@@ -92,21 +92,29 @@ def join_found(uri: str, image_id: int, images: List[Tuple], objects: List[Tuple
     name = categories.get((uri, category_id))
     if name is None:
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-          source=source, stage="parse", reason="unknown_category_id", key=key, level="object",
+          source=_image_source(uri, image_id), stage="parse", reason="unknown_category_id",
+          key=key, level="object",
           message=f"annotation of {file_name!r} has category_id {category_id}, "
           "which is not in `categories`"))
       continue
-    try:
-      points = _points(layout, name, more[0] if more else None,
-                       f"annotation {ann_id} of {file_name!r}")
+    try:  # in a file without keypoints, an object without them: None (no message made)
+      points = (None if layout is None and not (more and more[0]) else
+                _points(layout, name, more[0] if more else None,
+                        f"annotation {ann_id} of {file_name!r}"))
     except InputError as e:
-      yield beam.pvalue.TaggedOutput("errors", e.record(source, key, level="object"))
+      yield beam.pvalue.TaggedOutput("errors", e.record(_image_source(uri, image_id), key,
+                                                        level="object"))
       continue
     objs.append(_OBJECT(label=name, box=_BOX(*box), is_crowd=is_crowd, area=area,
                         id=ann_id, segmentation=segmentation, keypoints=points))
   yield _IMAGE(key=key, uri=image_uri, source_id=str(image_id), source=uri,
                objects=tuple(objs), split=split, width=width, height=height,
                size_bytes=size, keypoint_names=layout.names if layout else ())
+
+
+def _image_source(uri: str, image_id: int) -> str:
+  """The source of an error about one image (made only when there is one)."""
+  return f"{uri}#image_id={image_id}"
 
 
 def _points(layout: Optional[KeypointLayout], name: str, given: Optional[Tuple], what: str
