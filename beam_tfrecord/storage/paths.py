@@ -99,10 +99,10 @@ def resolve_sized(root: str, name: str, allow_absolute: bool = False,
   if allow_absolute and isinstance(name, str) and (is_remote(name) or name.startswith("/")):
     return name, name, None
   key = clean_name(name)
-  uri = join(root, key)
+  remote, prefix, real_root = _root_of(root)
+  uri = prefix + key  # join(root, key): key is relative and clean
   size = None
-  if not is_remote(root):
-    real_root = _realpath_of_root(root)
+  if not remote:
     plain = _plain_path_inside(real_root, key)
     if plain:
       real, size = plain
@@ -117,6 +117,16 @@ def resolve_sized(root: str, name: str, allow_absolute: bool = False,
         raise InputError("locate", "symlink_escape",
                          f"{name!r} is a symlink to {real}, which is not a readable file")
   return key, uri, size
+
+
+@functools.lru_cache(maxsize=256)
+def _root_of(root: str) -> Tuple[bool, str, Optional[str]]:
+  """(remote, what a clean relative name is appended to as join() would join it, the
+  realpath of a local root) of an image root, once per root and run (a join per image was
+  ~2 us of resolve_sized's)."""
+  if is_remote(root):
+    return True, root.rstrip("/") + "/", None
+  return False, os.path.join(root, ""), _realpath_of_root(root)
 
 
 @functools.lru_cache(maxsize=256)
@@ -158,12 +168,22 @@ def inside(real: str, real_root: str) -> bool:
 def forget_roots() -> None:
   """Resolve image roots afresh from now on (at the start of each run)."""
   _realpath_of_root.cache_clear()
+  _root_of.cache_clear()
 
 
 def _plain_path_inside(real_root: str, key: str) -> Optional[Tuple[str, Optional[int]]]:
   """(real_root/key, its size if it is a regular file, else None) when none of the key's
   components is a symlink (then that path is what realpath gives), else None; also None when
   a component is missing (realpath decides then, and Locate reports the missing file)."""
+  if "/" not in key:  # one lstat, the usual flat image folder
+    path = (real_root if real_root.endswith(os.sep) else real_root + os.sep) + key
+    try:
+      info = os.lstat(path)
+    except OSError:
+      return None
+    if stat.S_ISLNK(info.st_mode):
+      return None
+    return path, (info.st_size if stat.S_ISREG(info.st_mode) else None)
   path = real_root
   for part in key.split("/"):
     path = os.path.join(path, part)

@@ -3,7 +3,7 @@ the distributed join) and _JoinFile (a whole file in one pass, joined through sp
 the in-process runner), and how a file's bytes reach a parse path (_all_entries)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
 
@@ -23,6 +23,8 @@ from beam_tfrecord.sources.coco.stream import SECTIONS, missing_section, stream_
 # many objects to bound memory on files like train2017 (860k annotations).
 OBJECT_BUFFER = 200_000
 
+
+_NOTHING: Tuple = ()
 
 _PARSERS = {"images": parse_image, "annotations": annotation_fields,
             "categories": parse_category}
@@ -57,7 +59,13 @@ class _ParseSection(beam.DoFn):
       yield beam.pvalue.TaggedOutput("objects", ((uri, image_id), tuple(objects)))
     buffer.clear()
 
-  def _emit(self, uri, split, image_root, section, index, record, buffer):
+  def _image(self, buffer, uri, split, image_root, image_id, file_name, width, height):
+    """An image entry's outputs: a tagged small record (the distributed join's)."""
+    return [((uri, image_id), (split, image_root, file_name, width, height))]
+
+  def _emit(self, uri, split, image_root, section, index, record, buffer) -> Sequence[Any]:
+    """One entry's outputs, in a list (none, most annotations: they wait in the buffer). Not a
+    generator: one per entry cost ~1 us an image at a million small images."""
     parse = _PARSERS[section]
     try:
       if isinstance(record, InputError):  # an entry the parser rejected (too deep)
@@ -65,13 +73,11 @@ class _ParseSection(beam.DoFn):
       parsed = parse(record)
     except InputError as e:  # this entry alone: an image, an object, or a category's name
       level = {"images": "image", "annotations": "object"}.get(section, "file")
-      yield beam.pvalue.TaggedOutput("errors", e.record(
-          f"{uri}#{section}[{index}]", _best_key(uri, record), level=level))
-      return
+      return [beam.pvalue.TaggedOutput("errors", e.record(
+          f"{uri}#{section}[{index}]", _best_key(uri, record), level=level))]
     if section == "images":
-      image_id, file_name, width, height = parsed
-      yield ((uri, image_id), (split, image_root, file_name, width, height))
-    elif section == "annotations":
+      return self._image(buffer, uri, split, image_root, *parsed)
+    if section == "annotations":
       # the index keeps the file's object order through the shuffle; the box travels as a
       # plain tuple (a dataclass would be pickled); extras: (id, segmentation)
       image_id, category_id, box, is_crowd, area = parsed
@@ -80,31 +86,33 @@ class _ParseSection(beam.DoFn):
       try:
         extras = annotation_extras(record, self.include_masks)
       except InputError as e:  # its keypoints are not a list: this object alone
-        yield beam.pvalue.TaggedOutput("errors", e.record(
-            f"{uri}#{section}[{index}]", _best_key(uri, record), level="object"))
-        return
+        return [beam.pvalue.TaggedOutput("errors", e.record(
+            f"{uri}#{section}[{index}]", _best_key(uri, record), level="object"))]
       self._keep(buffer, image_id, (index, category_id, box, is_crowd, area, *extras))
       self._buffered += 1
       if self.flush_objects and self._buffered >= OBJECT_BUFFER:
         self._buffered = 0
-        yield from self._flush(uri, buffer)
-    elif parsed[0] == 0 and self.drop_background:
+        return list(self._flush(uri, buffer))
+      return _NOTHING
+    if parsed[0] == 0 and self.drop_background:
       self._zero_defined.append((index, parsed[1]))  # dropped: warned of once 0 is known unused
-    else:
-      yield beam.pvalue.TaggedOutput("categories", ((uri, parsed[0]), parsed[1]))
-      try:
-        points = category_keypoints(record)
-      except InputError as e:  # the category stays, without keypoints
-        yield beam.pvalue.TaggedOutput("errors", e.record(f"{uri}#{section}[{index}]", uri,
-                                                          level="file"))
-        return
-      if points is not None:
-        names, edges, warning = points
-        if warning:  # the skeleton alone is dropped: it only says how to draw the points
-          yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
-              source=f"{uri}#{section}[{index}]", stage="parse", reason="bad_skeleton",
-              key=uri, level="warning", message=warning))
-        yield beam.pvalue.TaggedOutput("keypoints", ((uri, parsed[0]), (parsed[1], names, edges)))
+      return _NOTHING
+    out: List[Any] = [beam.pvalue.TaggedOutput("categories", ((uri, parsed[0]), parsed[1]))]
+    try:
+      points = category_keypoints(record)
+    except InputError as e:  # the category stays, without keypoints
+      out.append(beam.pvalue.TaggedOutput("errors", e.record(f"{uri}#{section}[{index}]", uri,
+                                                             level="file")))
+      return out
+    if points is not None:
+      names, edges, warning = points
+      if warning:  # the skeleton alone is dropped: it only says how to draw the points
+        out.append(beam.pvalue.TaggedOutput("errors", ErrorRecord(
+            source=f"{uri}#{section}[{index}]", stage="parse", reason="bad_skeleton",
+            key=uri, level="warning", message=warning)))
+      out.append(beam.pvalue.TaggedOutput("keypoints", ((uri, parsed[0]),
+                                                        (parsed[1], names, edges))))
+    return out
 
   def process(self, task):
     split, uri, image_root, section = task
@@ -231,6 +239,10 @@ class _JoinFile(_ParseSection):
   def _keep(self, buffer, image_id: int, chunk: Tuple) -> None:
     buffer.add_object(image_id, chunk)
 
+  def _image(self, buffer, uri, split, image_root, image_id, file_name, width, height):
+    buffer.add_image(image_id, file_name, width, height)
+    return _NOTHING
+
   def _partitions(self, uri: str) -> int:
     try:
       from apache_beam.io.filesystems import FileSystems
@@ -247,11 +259,7 @@ class _JoinFile(_ParseSection):
     self._buffered = 0
     self._zero_used, self._zero_defined = None, []
     try:
-      for out in self._parse_all(uri, split, image_root, buffer):
-        if not isinstance(out, beam.pvalue.TaggedOutput):
-          (_, image_id), (_, _, file_name, width, height) = out
-          buffer.add_image(image_id, file_name, width, height)
-          continue
+      for out in self._parse_all(uri, split, image_root, buffer):  # images: in the buffer
         if out.tag == "keypoints":
           points.append(out.value)
           continue
@@ -287,7 +295,9 @@ class _JoinFile(_ParseSection):
     streaming_error = None
     try:
       for section, record in _all_entries(uri, found, bad, where):
-        yield from self._emit(uri, split, image_root, section, done[section], record, buffer)
+        out = self._emit(uri, split, image_root, section, done[section], record, buffer)
+        if out:
+          yield from out
         done[section] += 1
     except InputError as e:  # not an object: said once
       yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level="file"))
