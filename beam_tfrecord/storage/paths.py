@@ -6,7 +6,7 @@ import os
 import posixpath
 import re
 import stat
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 from beam_tfrecord.records.model import InputError
 
@@ -175,18 +175,13 @@ def _plain_path_inside(real_root: str, key: str) -> Optional[Tuple[str, Optional
   """(real_root/key, its size if it is a regular file, else None) when none of the key's
   components is a symlink (then that path is what realpath gives), else None; also None when
   a component is missing (realpath decides then, and Locate reports the missing file)."""
-  if "/" not in key:  # one lstat, the usual flat image folder
-    path = (real_root if real_root.endswith(os.sep) else real_root + os.sep) + key
-    try:
-      info = os.lstat(path)
-    except OSError:
-      return None
-    if stat.S_ISLNK(info.st_mode):
-      return None
-    return path, (info.st_size if stat.S_ISREG(info.st_mode) else None)
-  path = real_root
-  for part in key.split("/"):
-    path = os.path.join(path, part)
+  base = real_root if real_root.endswith(os.sep) else real_root + os.sep
+  if "/" not in key:  # one lstat, the usual flat image folder: no os.path.join
+    steps: Sequence[str] = (base + key,)
+  else:
+    parts = key.split("/")
+    steps = [base + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+  for path in steps:
     try:
       info = os.lstat(path)
     except OSError:
