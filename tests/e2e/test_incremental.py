@@ -125,16 +125,34 @@ def earlier(tmp_path):
   return ds, out, v1, inodes
 
 
+def _plan(manifest):
+  """The shard plan but the indexes' digests (which follow what the indexes list)."""
+  return {split: {k: v for k, v in entry.items() if k != "index_digests"}
+          for split, entry in manifest["shard_plan"].items()}
+
+
 # each change alone is covered by the mix (its counts are asserted) and, without Beam, by the
-# writer's comparison in tests/write; bytes alone: a new file of the same size
+# writer's comparison in tests/write; bytes alone: a new file of the same size. The full run
+# is also --plan-from's own test: the earlier bounds (4 shards, whatever --num-shards says)
+# and shard indexes written; each image where its identity falls between the bounds
 @pytest.mark.parametrize("kind", ["bytes", "mix"])
 def test_incremental_equals_full_run_with_plan_from(earlier, tmp_path, kind):
   ds, out, v1, inodes = earlier
+  if kind == "bytes":
+    # unchanged sources first: every shard kept, the earlier files themselves
+    assert _convert(*_inputs(ds), "--output", str(out), "--incremental", "--overwrite") == 0
+    assert _manifest(out)["incremental"]["shards"] == {"total": 8, "rewritten": 0, "kept": 8}
+    assert all(os.stat(out / n).st_ino == inodes[n] for n in _files(out)
+               if not n.startswith("errors-") and n != "label_map.pbtxt")
   change, expected = CHANGES[kind]
   change(ds)
+  if kind == "mix":  # the same incremental run on the multi-processing DirectRunner, below
+    multi = tmp_path / "multi"
+    shutil.copytree(v1, multi)
   assert _convert(*_inputs(ds), "--output", str(out), "--incremental", "--overwrite") == 0
   full = tmp_path / "full"
-  assert _convert(*_inputs(ds), "--output", str(full), "--plan-from", str(v1)) == 0
+  assert _convert(*_inputs(ds), "--output", str(full), "--plan-from", str(v1),
+                  "--num-shards", "2") == 0
   assert _files(out) == _files(full)
   summary = _manifest(out)["incremental"]
   assert summary["mode"] == "incremental" and summary["reason"] == ""
@@ -157,44 +175,47 @@ def test_incremental_equals_full_run_with_plan_from(earlier, tmp_path, kind):
   # and what trainers read is what the sources say
   from beam_tfrecord.readback import verify
   assert verify.run(str(out)) == 0
+  # --plan-from: the earlier plan whatever --num-shards says, its indexes written, no
+  # incremental summary; val is not changed by either kind: its shards are the earlier bytes
+  manifest = _manifest(full)
+  assert manifest["splits"]["train"]["num_shards"] == 4
+  assert _plan(manifest) == _plan(_manifest(v1))
+  assert all(len(e["index_digests"]) == len(e["indexes"])
+             for e in manifest["shard_plan"].values())
+  assert "incremental" not in manifest
+  old = {n: b for n, b in _files(v1).items() if n.startswith("val-")}
+  assert {n: b for n, b in _files(full).items() if n.startswith("val-")} == old
+  if kind == "mix":  # the multi-processing runner gives the same bytes
+    assert cli.main(["convert", *_inputs(ds), "--output", str(multi), "--incremental",
+                     "--overwrite", "--runner=DirectRunner", "--direct_num_workers=2",
+                     "--direct_running_mode=multi_processing"]) == 0
+    assert _files(multi) == _files(full)
+    assert _manifest(multi)["incremental"]["mode"] == "incremental"
 
 
-def test_unchanged_sources_keep_every_shard(earlier):
-  ds, out, _, inodes = earlier
-  assert _convert(*_inputs(ds), "--output", str(out), "--incremental", "--overwrite") == 0
-  summary = _manifest(out)["incremental"]
-  assert summary["shards"] == {"total": 8, "rewritten": 0, "kept": 8}
-  assert all(os.stat(out / n).st_ino == inodes[n] for n in _files(out)
-             if not n.startswith("errors-") and n != "label_map.pbtxt")
-
-
-def test_multi_processing_runner_gives_the_same_bytes(earlier, tmp_path):
-  ds, out, v1, _ = earlier
-  mix(ds)
-  assert cli.main(["convert", *_inputs(ds), "--output", str(out), "--incremental",
-                   "--overwrite", "--runner=DirectRunner", "--direct_num_workers=2",
-                   "--direct_running_mode=multi_processing"]) == 0
-  full = tmp_path / "full"
-  assert _convert(*_inputs(ds), "--output", str(full), "--plan-from", str(v1)) == 0
-  assert _files(out) == _files(full)
-  assert _manifest(out)["incremental"]["mode"] == "incremental"
-
-
-@pytest.mark.parametrize("option,reason", [
+RECORD_SETTINGS = [
     (["--max-side", "40"], "settings that shape records changed: max_side"),
     (["--schema", "coco-objects"], "settings that shape records changed: schema"),
-])
-def test_record_settings_changed_encode_everything(earlier, tmp_path, option, reason):
+]
+
+
+def test_record_settings_changed_encode_everything(earlier, tmp_path):
+  """Each setting in turn on the same change, the output put back to version 1 between."""
   ds, out, v1, inodes = earlier
   change_bytes(ds)
-  assert _convert(*_inputs(ds), "--output", str(out), "--incremental", "--overwrite",
-                  *option) == 0
-  summary = _manifest(out)["incremental"]
-  assert summary["mode"] == "full" and summary["reason"] == reason
-  assert summary["reused_images"] == 0 and summary["shards"]["kept"] == 0
-  full = tmp_path / "full"
-  assert _convert(*_inputs(ds), "--output", str(full), "--plan-from", str(v1), *option) == 0
-  assert _files(out) == _files(full)
+  for i, (option, reason) in enumerate(RECORD_SETTINGS):
+    if i:
+      shutil.rmtree(out)
+      shutil.copytree(v1, out)
+    assert _convert(*_inputs(ds), "--output", str(out), "--incremental", "--overwrite",
+                    *option) == 0
+    summary = _manifest(out)["incremental"]
+    assert summary["mode"] == "full" and summary["reason"] == reason, option
+    assert summary["reused_images"] == 0 and summary["shards"]["kept"] == 0, option
+    full = tmp_path / f"full{i}"
+    assert _convert(*_inputs(ds), "--output", str(full), "--plan-from", str(v1),
+                    *option) == 0
+    assert _files(out) == _files(full), option
 
 
 def test_a_new_class_changes_the_label_map_and_encodes_everything(earlier, tmp_path):
@@ -246,28 +267,6 @@ def test_a_shard_outgrowing_twice_its_plan_rebalances(earlier, tmp_path):
   assert _files(out) == _files(full)
 
 
-def test_plan_from_keeps_the_shards_of_unchanged_images(earlier, tmp_path):
-  """--plan-from alone: the earlier bounds (4 shards, whatever --num-shards says) and shard
-  indexes written; each image where its identity falls between the bounds."""
-  ds, out, v1, _ = earlier
-  add(ds)
-  again = tmp_path / "again"
-  assert _convert(*_inputs(ds), "--output", str(again), "--plan-from", str(v1),
-                  "--num-shards", "2") == 0
-  manifest = _manifest(again)
-  assert manifest["splits"]["train"]["num_shards"] == 4
-  # the same bounds, sizes and index names (the indexes' digests follow what they list)
-  def plan(m):
-    return {split: {k: v for k, v in entry.items() if k != "index_digests"}
-            for split, entry in m["shard_plan"].items()}
-  assert plan(manifest) == plan(_manifest(v1))
-  assert all(len(e["index_digests"]) == len(e["indexes"])
-             for e in manifest["shard_plan"].values())
-  assert "incremental" not in manifest
-  old = {n: b for n, b in _files(v1).items() if n.startswith("val-")}
-  assert {n: b for n, b in _files(again).items() if n.startswith("val-")} == old
-
-
 def test_an_earlier_output_without_indexes_is_encoded_again_once(tmp_path):
   """A plain run (no index): an incremental run after it keeps its plan but encodes every
   image, saying why, and writes the indexes; the next one compares."""
@@ -289,12 +288,22 @@ def test_an_earlier_output_without_indexes_is_encoded_again_once(tmp_path):
   assert _manifest(out)["incremental"]["shards"]["kept"] == 4
 
 
+@pytest.fixture(scope="module")
+def plan_source(tmp_path_factory):
+  """A dataset and an output with a shard plan, which the tests only read (or copy)."""
+  root = tmp_path_factory.mktemp("plan_source")
+  ds = make_dataset(root / "data", count=6, seed=5, extras=False)
+  out = root / "out"
+  assert _convert(*_inputs(ds), "--output", str(out), "--num-shards", "2", "--incremental") == 0
+  return ds, out
+
+
 @pytest.mark.parametrize("bad,message", [
     ("missing", "no manifest.json there"),
     ("edited", "its manifest.json has no usable shard plan"),
 ])
-def test_plan_from_a_bad_directory_is_exit_2(earlier, tmp_path, capsys, bad, message):
-  ds, out, v1, _ = earlier
+def test_plan_from_a_bad_directory_is_exit_2(plan_source, tmp_path, capsys, bad, message):
+  ds, v1 = plan_source
   source = tmp_path / "nowhere"
   if bad == "edited":
     source = tmp_path / "edited"
@@ -315,35 +324,40 @@ def test_plan_from_a_bad_directory_is_exit_2(earlier, tmp_path, capsys, bad, mes
 KILL_POINTS = ["shard", "finalize", "swap-old-files"]
 
 
-@pytest.mark.parametrize("point", KILL_POINTS)
-def test_a_kill_leaves_the_old_version_or_the_new_one(earlier, tmp_path, point):
+def test_a_kill_leaves_the_old_version_or_the_new_one(earlier, tmp_path):
+  """Each point killed in turn on the same change, the output put back to version 1 (a copy
+  of it: the run links its kept shards from there) before each."""
   ds, out, v1, _ = earlier
   old = _files(out)
   mix(ds)
   new_dir = tmp_path / "expected"
   assert _convert(*_inputs(ds), "--output", str(new_dir), "--plan-from", str(v1)) == 0
   new = _files(new_dir)
-  proc = subprocess.run([sys.executable, "-m", "beam_tfrecord.cli", "convert", *_inputs(ds),
-                         "--output", str(out), "--incremental", "--overwrite", RUNNER],
-                        env=subprocess_env(BEAM_TFRECORD_KILL_AT=point), capture_output=True,
-                        text=True, timeout=300)
-  assert proc.returncode == -9, proc.stderr[-2000:]
-  if point.startswith("swap-"):
-    assert cli.main(["verify", "--repair", str(out)]) == 0
-    assert _files(out) == new
-  else:
-    assert _files(out) == old and cli.main(["verify", str(out)]) == 0
-  # the next run finishes the job, incrementally
-  assert cli.main(["convert", *_inputs(ds), "--output", str(out), "--incremental",
-                   "--overwrite", "--break-lock", RUNNER]) == 0
-  assert _files(out) == new
-  assert [n for n in os.listdir(out) if n.startswith(outputs.OWN_PREFIX)] == []
-
+  for i, point in enumerate(KILL_POINTS):
+    if i:
+      shutil.rmtree(out)
+      shutil.copytree(v1, out)
+      assert _files(out) == old
+    proc = subprocess.run([sys.executable, "-m", "beam_tfrecord.cli", "convert", *_inputs(ds),
+                           "--output", str(out), "--incremental", "--overwrite", RUNNER],
+                          env=subprocess_env(BEAM_TFRECORD_KILL_AT=point),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, (point, proc.stderr[-2000:])
+    if point.startswith("swap-"):
+      assert cli.main(["verify", "--repair", str(out)]) == 0, point
+      assert _files(out) == new, point
+    else:
+      assert _files(out) == old and cli.main(["verify", str(out)]) == 0, point
+    # the next run finishes the job, incrementally
+    assert cli.main(["convert", *_inputs(ds), "--output", str(out), "--incremental",
+                     "--overwrite", "--break-lock", RUNNER]) == 0, point
+    assert _files(out) == new, point
+    assert [n for n in os.listdir(out) if n.startswith(outputs.OWN_PREFIX)] == [], point
 
 
 def test_on_cloud_storage(tmp_path, monkeypatch):
   """gs:// (the storage emulator): an incremental run in place equals a full run with
-  --plan-from the first version; unchanged shards are server-side copies of the earlier
+  --plan-from the first version (made before, while the first version is the output); unchanged shards are server-side copies of the earlier
   objects (FileSystems.copy: a rewrite, no download)."""
   pytest.importorskip("gcp_storage_emulator")
   import gcs_emulator
@@ -351,7 +365,7 @@ def test_on_cloud_storage(tmp_path, monkeypatch):
   bucket = "tfr-incremental"
   with gcs_emulator.running(bucket):
     ds = make_dataset(tmp_path / "data", count=24, seed=9, extras=False)
-    out, v1, full = (f"gs://{bucket}/{name}" for name in ("out", "v1", "full"))
+    out, full = (f"gs://{bucket}/{name}" for name in ("out", "full"))
 
     def objects(prefix: str) -> Dict[str, bytes]:
       result = {}
@@ -366,8 +380,9 @@ def test_on_cloud_storage(tmp_path, monkeypatch):
       return result
 
     assert _convert(*_inputs(ds), "--output", out, "--num-shards", "3", "--incremental") == 0
-    assert _convert(*_inputs(ds), "--output", v1, "--plan-from", out) == 0  # version 1, again
     mix(ds)
+    # the full run --plan-from version 1 while it is still the output
+    assert _convert(*_inputs(ds), "--output", full, "--plan-from", out) == 0
     copies = []
     real_copy = FileSystems.copy
     monkeypatch.setattr(FileSystems, "copy", staticmethod(
@@ -375,7 +390,6 @@ def test_on_cloud_storage(tmp_path, monkeypatch):
         real_copy(sources, destinations)))
     assert _convert(*_inputs(ds), "--output", out, "--incremental", "--overwrite") == 0
     monkeypatch.undo()
-    assert _convert(*_inputs(ds), "--output", full, "--plan-from", v1) == 0
     assert objects(out) == objects(full)
     with FileSystems.open(out + "/manifest.json") as f:
       summary = json.loads(f.read())["incremental"]
