@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Runs `beam-tfrecord convert` on one of Beam's portable engines (issue 39).
 #
-#   bash deploy/engines/convert-on.sh ENGINE [--env process|loopback] -- CONVERT-ARGUMENTS...
+#   bash deploy/engines/convert-on.sh ENGINE [--env process|loopback] [--master URL] \
+#       -- CONVERT-ARGUMENTS...
 #
-#   ENGINE   prism (spark and flink: a later part of issue 39)
+#   ENGINE   prism: Beam's portable runner, started for the job (PrismRunner);
+#            spark: a Spark cluster (SparkRunner: Beam's Spark job server, the jar setup.sh
+#            spark fetched or assembled, started for the job as the Spark driver; its
+#            executors on the cluster's workers run the stages). Start a local cluster with
+#            `bash deploy/engines/cluster.sh start spark`. (flink: a later part of issue 39)
+#   --master the Spark master (spark only; default $SPARK_MASTER_URL, else
+#            spark://127.0.0.1:7077, cluster.sh's)
 #   --env    the SDK harness's environment (default: process)
 #            process   --environment_type=PROCESS: the runner starts each SDK worker as a
 #                      process of its own (deploy/engines/worker.sh -> Beam's Python boot ->
@@ -16,8 +23,11 @@
 #   bash deploy/engines/setup.sh
 #   bash deploy/engines/convert-on.sh prism -- --format coco --input train=ann.json \
 #       --images imgs --output out
+#   bash deploy/engines/setup.sh spark && bash deploy/engines/cluster.sh start spark
+#   bash deploy/engines/convert-on.sh spark -- --format coco --input train=ann.json \
+#       --images imgs --output out
 #
-# On Prism the pipeline takes its distributed path (the runner is not one of Beam's local
+# On Prism and Spark the pipeline takes its distributed path (neither is one of Beam's local
 # runners): the runner's shuffles, no spill files, the run directory through FileSystems.
 #
 # KNOWN GAP (issue 39, item 2): the PROCESS workers run with the project's own Python
@@ -31,7 +41,11 @@
 #   ENGINES_CACHE         setup.sh's cache (default ~/.cache/beam-tfrecord/engines)
 #   PRISM                 the prism binary (default: setup.sh's for the SDK's Beam version)
 #   BEAM_BOOT             the Python SDK boot binary (default: setup.sh's, likewise)
-# Exit status: convert's. The engine's processes (Prism, its workers) end with this script.
+#   SPARK_JOB_SERVER_JAR  the Spark job server jar (default: the one setup.sh spark chose for
+#                         the SDK's version, named in $ENGINES_CACHE/spark/job-server-for-V)
+#   SPARK_MASTER_URL      the Spark master (see --master)
+# Exit status: convert's. The processes started for the job (Prism and its workers; Spark's
+# job server) end with this script; on Spark the executors' SDK workers end with the job.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -44,10 +58,13 @@ die() { echo "convert-on.sh: $*" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 ENGINE=$1; shift
 ENV_TYPE=process
+MASTER=${SPARK_MASTER_URL:-spark://127.0.0.1:7077}
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case "$1" in
     --env) [ $# -ge 2 ] || usage; ENV_TYPE=$2; shift 2 ;;
     --env=*) ENV_TYPE=${1#--env=}; shift ;;
+    --master) [ $# -ge 2 ] || usage; MASTER=$2; shift 2 ;;
+    --master=*) MASTER=${1#--master=}; shift ;;
     -h|--help) usage ;;
     *) die "unknown option $1 before -- (the convert arguments come after --)" ;;
   esac
@@ -61,18 +78,50 @@ BEAM_VERSION=$("$PY" -c 'import importlib.metadata as m; print(m.version("apache
   die "$PY has no apache-beam"
 
 case "$ENGINE" in
-  prism) ;;
-  spark|flink) die "$ENGINE: not yet (issue 39, a later part); prism only for now" ;;
-  *) die "unknown engine $ENGINE (known: prism)" ;;
+  prism)
+    PRISM=${PRISM:-$ENGINES_CACHE/prism/v$BEAM_VERSION/prism}
+    [ -x "$PRISM" ] || die "no Prism for Beam $BEAM_VERSION at $PRISM: run bash deploy/engines/setup.sh"
+    beam_args=(--runner=PrismRunner "--prism_location=$PRISM")
+    engine_is=$PRISM ;;
+  spark)
+    if [ -z "${SPARK_JOB_SERVER_JAR:-}" ]; then
+      pointer="$ENGINES_CACHE/spark/job-server-for-$BEAM_VERSION"
+      [ -f "$pointer" ] || die "no Spark job server for Beam $BEAM_VERSION: run bash deploy/engines/setup.sh spark"
+      SPARK_JOB_SERVER_JAR=$(cat "$pointer")
+    fi
+    [ -f "$SPARK_JOB_SERVER_JAR" ] || die "no Spark job server jar at $SPARK_JOB_SERVER_JAR: run bash deploy/engines/setup.sh spark"
+    case "$MASTER" in
+      spark://*:*) hostport=${MASTER#spark://}
+        (exec 3<>"/dev/tcp/${hostport%:*}/${hostport##*:}") 2>/dev/null ||
+          die "no Spark master answers at $MASTER: bash deploy/engines/cluster.sh start spark (or --master URL)" ;;
+      local*) ;;  # Spark inside the job server (no cluster)
+      *) die "--master $MASTER: spark://HOST:PORT (or local[N])" ;;
+    esac
+    # SparkRunner starts `java -jar JAR --spark-master-url MASTER --job-port ...` (the Spark
+    # driver) and stops it at the end; -Dspark.* properties of that JVM configure the job's
+    # SparkContext. The driver's UI and progress bars are of no use here.
+    beam_args=(--runner=SparkRunner "--spark_job_server_jar=$SPARK_JOB_SERVER_JAR"
+               "--spark_master_url=$MASTER"
+               --job_server_jvm_property=-Dspark.ui.enabled=false
+               --job_server_jvm_property=-Dspark.ui.showConsoleProgress=false
+               # each executor keeps its SDK worker for the whole job, as a Dataflow worker
+               # does (Beam's default, 0, starts one per task: a Python start-up each time)
+               --environment_cache_millis=600000)
+    case "$MASTER" in
+      # a cluster on this machine's loopback address: the driver there too (else Spark
+      # advertises the machine's first network address to the executors)
+      spark://127.0.0.1:*|spark://localhost:*|local*)
+        beam_args+=(--job_server_jvm_property=-Dspark.driver.host=127.0.0.1
+                    --job_server_jvm_property=-Dspark.driver.bindAddress=127.0.0.1) ;;
+    esac
+    engine_is="$SPARK_JOB_SERVER_JAR on $MASTER" ;;
+  flink) die "$ENGINE: not yet (issue 39, a later part); prism and spark for now" ;;
+  *) die "unknown engine $ENGINE (known: prism, spark)" ;;
 esac
-
-PRISM=${PRISM:-$ENGINES_CACHE/prism/v$BEAM_VERSION/prism}
-[ -x "$PRISM" ] || die "no Prism for Beam $BEAM_VERSION at $PRISM: run bash deploy/engines/setup.sh"
 
 # One folder for this run's engine scratch (the workers' staged files), removed at the end.
 RUN_TMP=$(mktemp -d "${TMPDIR:-/tmp}/beam-tfrecord-engine.XXXXXX")
 
-beam_args=(--runner=PrismRunner "--prism_location=$PRISM")
 case "$ENV_TYPE" in
   loopback) beam_args+=(--environment_type=LOOPBACK) ;;
   process)
@@ -89,9 +138,10 @@ print(json.dumps({"command": command,
   *) die "unknown --env $ENV_TYPE (process or loopback)" ;;
 esac
 
-echo "convert-on.sh: $ENGINE (Beam $BEAM_VERSION, $ENV_TYPE): $PRISM" >&2
-# The launcher in a process group of its own: Prism and the workers it starts are in it too,
-# so that nothing of the engine outlives this script, whatever way convert ends.
+echo "convert-on.sh: $ENGINE (Beam $BEAM_VERSION, $ENV_TYPE): $engine_is" >&2
+# The launcher in a process group of its own: Prism or Spark's job server, and the workers
+# Prism starts, are in it too, so that nothing of the engine outlives this script, whatever
+# way convert ends. (Spark's executors belong to the cluster: they end the job's SDK workers.)
 set +e
 setsid "$PY" -m beam_tfrecord.cli convert "$@" "${beam_args[@]}" &
 pid=$!

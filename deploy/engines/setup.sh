@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Builds what beam-tfrecord needs to run on Beam's portable engines, into a cache folder.
-# For now: Prism only (issue 39; Spark and Flink come later).
+# Installs or builds what beam-tfrecord needs to run on Beam's portable engines, into a cache
+# folder (issue 39). Flink: not yet.
 #
-#   bash deploy/engines/setup.sh [prism]
+#   bash deploy/engines/setup.sh [prism|spark]        (default: prism)
 #
-# Both programs are Go modules, built with `go install` from the Go module proxy (GOPROXY as
+# prism: two Go modules, built with `go install` from the Go module proxy (GOPROXY as
 # configured; https://proxy.golang.org by default) at the Beam SDK's own version, read from the
 # project's Python (importlib.metadata, so Beam is not imported):
 #   prism  github.com/apache/beam/sdks/v2/go/cmd/prism@vV     Beam's portable runner
@@ -15,19 +15,39 @@
 #          --environment_type=PROCESS runs it per worker (deploy/engines/worker.sh): it asks
 #          the runner's provision service for the endpoints and options, installs what the
 #          job staged, and starts `python -m apache_beam.runners.worker.sdk_worker_main`.
-# Idempotent: a binary already there is not built again (a build goes to a temporary folder
-# first, so a failed one leaves nothing half-made).
-#
 # If the proxy refuses vV, the refusal is printed as go reported it, and the nearest served
 # versions are tried (the proxy's own list: the newest below V first, then the oldest above).
 # A binary of another version is reported as a mismatch (issue 39, item 5 wants them equal).
+#
+# spark: the Python boot as for prism (the workers are the same), and
+#   pyspark==$SPARK_VERSION from PyPI (pip --target; it ships Spark's jars and
+#          bin/spark-class, sbin/spark-daemon.sh: what deploy/engines/cluster.sh runs)
+#          -> $ENGINES_CACHE/spark/pyspark-$SPARK_VERSION/pyspark      (SPARK_HOME)
+#   the job server jar, from Maven Central with mvn:
+#     1. org.apache.beam:beam-runners-spark-3-job-server:V (mvn dependency:copy), Beam's own
+#        jar, at the SDK's version;
+#     2. if that is refused: assembled from org.apache.beam:beam-runners-spark-3 (whose
+#        SparkJobServerDriver is the job server) with its dependencies and Spark
+#        $SPARK_VERSION, shaded into one jar as Beam's build does
+#        (deploy/engines/spark-job-server.pom.xml), at the newest version <= V whose Beam
+#        modules the registry serves (a mismatch is reported: issue 39, item 5).
+#        -> $ENGINES_CACHE/spark/job-server/vW/beam-runners-spark-3-job-server-W[-assembled].jar
+#   $ENGINES_CACHE/spark/job-server-for-V names the jar convert-on.sh uses for SDK version V.
+#   SPARK_VERSION: 3.5.0 by default, the Spark that Beam's spark-3 runner is built against
+#   (its pom: spark-core_2.12 3.5.0); the cluster and the job server's Spark are the same.
+#
+# Idempotent: what is already there is not fetched or built again (each goes to a temporary
+# folder first, so a failed step leaves nothing half-made).
 #
 # Environment:
 #   ENGINES_CACHE   cache folder (default ~/.cache/beam-tfrecord/engines)
 #   BEAM_PYTHON     the Python whose apache-beam version is matched (default: the
 #                   repository's .venv/bin/python, else python3)
 #   BEAM_VERSION    the version to build (e.g. 2.77.0) instead of asking Python
-# Prints the paths of the binaries on stdout (prism first); everything else goes to stderr.
+#   SPARK_VERSION   spark: the pyspark / Spark version (default 3.5.0)
+#   MVN             spark: the Maven command (default mvn)
+# Prints the paths of what it made on stdout (prism: prism, boot; spark: boot, SPARK_HOME,
+# the job server jar); everything else goes to stderr.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -39,9 +59,9 @@ MODULE=github.com/apache/beam/sdks/v2
 log() { echo "setup.sh: $*" >&2; }
 
 case "$ENGINE" in
-  prism) ;;
-  spark|flink) log "$ENGINE: not set up by this script yet (issue 39, a later part)"; exit 2 ;;
-  *) log "unknown engine '$ENGINE' (known: prism)"; exit 2 ;;
+  prism|spark) ;;
+  flink) log "$ENGINE: not set up by this script yet (issue 39, a later part)"; exit 2 ;;
+  *) log "unknown engine '$ENGINE' (known: prism, spark)"; exit 2 ;;
 esac
 
 if [ -z "${BEAM_VERSION:-}" ]; then
@@ -52,7 +72,7 @@ if [ -z "${BEAM_VERSION:-}" ]; then
   BEAM_VERSION=$("$PY" -c 'import importlib.metadata as m; print(m.version("apache-beam"))') ||
     { log "$PY has no apache-beam installed"; exit 1; }
 fi
-command -v go >/dev/null || { log "go is not on PATH (needed to build Prism)"; exit 1; }
+command -v go >/dev/null || { log "go is not on PATH (needed to build Prism and the Python boot)"; exit 1; }
 
 # build NAME PACKAGE VERSION: go install PACKAGE@vVERSION -> $ENGINES_CACHE/NAME/vVERSION/
 # (the binary keeps the package's last path element as its name, then is renamed to $4)
@@ -110,5 +130,125 @@ build_matching() {
   return 1
 }
 
-build_matching prism "$MODULE/go/cmd/prism" prism
+if [ "$ENGINE" = prism ]; then
+  build_matching prism "$MODULE/go/cmd/prism" prism
+  build_matching python-boot "$MODULE/python/container" boot
+  exit 0
+fi
+
+# ---------------------------------------------------------------------------------- spark
 build_matching python-boot "$MODULE/python/container" boot
+
+SPARK_VERSION=${SPARK_VERSION:-3.5.0}
+SPARK_CACHE="$ENGINES_CACHE/spark"
+MVN=${MVN:-mvn}
+command -v java >/dev/null || { log "java is not on PATH (Spark and its job server are JVM programs)"; exit 1; }
+command -v "$MVN" >/dev/null || { log "$MVN is not on PATH (the job server comes from Maven Central)"; exit 1; }
+
+# pyspark from PyPI: Spark's jars and scripts (SPARK_HOME is its package folder)
+pyspark_dir="$SPARK_CACHE/pyspark-$SPARK_VERSION"
+if [ -x "$pyspark_dir/pyspark/bin/spark-class" ] && [ -f "$pyspark_dir/pyspark/sbin/spark-daemon.sh" ]; then
+  log "pyspark $SPARK_VERSION: already there ($pyspark_dir/pyspark)"
+else
+  PIP_PY=${BEAM_PYTHON:-}
+  if [ -z "$PIP_PY" ]; then
+    if [ -x "$REPO/.venv/bin/python" ]; then PIP_PY="$REPO/.venv/bin/python"; else PIP_PY=python3; fi
+  fi
+  mkdir -p "$SPARK_CACHE"
+  tmp=$(mktemp -d "$SPARK_CACHE/.pyspark.XXXXXX")
+  log "pyspark $SPARK_VERSION: pip install --no-deps --target ... pyspark==$SPARK_VERSION (~350 MB) ..."
+  t0=$SECONDS
+  if ! "$PIP_PY" -m pip install --quiet --no-deps --no-compile --target "$tmp" "pyspark==$SPARK_VERSION" >&2; then
+    rm -rf "$tmp"; log "pyspark $SPARK_VERSION: pip install FAILED"; exit 1
+  fi
+  chmod +x "$tmp/pyspark/bin/"*.sh "$tmp/pyspark/sbin/"*.sh 2>/dev/null || true
+  rm -rf "$pyspark_dir"; mv "$tmp" "$pyspark_dir"
+  log "pyspark $SPARK_VERSION: installed in $((SECONDS - t0)) s -> $pyspark_dir/pyspark"
+fi
+echo "$pyspark_dir/pyspark"
+
+# The job server jar. mvn's own output goes to a log in the build folder, shown on failure.
+JOB_SERVER_ARTIFACT=org.apache.beam:beam-runners-spark-3-job-server
+RUNNER_ARTIFACT=org.apache.beam:beam-runners-spark-3
+pointer="$SPARK_CACHE/job-server-for-$BEAM_VERSION"
+# an assembled jar is made again when spark-job-server.pom.xml changed since
+POM_SUM=$(sha256sum "$HERE/spark-job-server.pom.xml" | cut -c1-16)
+if [ -f "$pointer" ] && [ -f "$(cat "$pointer")" ]; then
+  jar=$(cat "$pointer")
+  case "$jar" in
+    *-assembled.jar) [ "$(cat "$jar.pom-sum" 2>/dev/null)" = "$POM_SUM-$SPARK_VERSION" ] ||
+                       { log "spark job server: $jar was assembled from another pom or Spark: again"; jar=""; } ;;
+  esac
+  if [ -n "$jar" ]; then
+    log "spark job server for Beam $BEAM_VERSION: already there ($jar)"
+    echo "$jar"
+    exit 0
+  fi
+fi
+
+mkdir -p "$SPARK_CACHE/job-server"
+work=$(mktemp -d "$SPARK_CACHE/job-server/.build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# mvn_quiet LOG ARGS...: mvn -B ARGS, its output into $work/LOG; status mvn's
+mvn_quiet() { local log=$1; shift; "$MVN" -B -Dstyle.color=never "$@" >"$work/$log" 2>&1; }
+mvn_said() { grep -E '^\[ERROR\] (Failed|Could not|Couldn)' "$work/$1" | head -2 | cut -c1-400 | sed 's/^/    /' >&2; }
+
+found=""
+# 1. Beam's own job server jar at the SDK's version
+log "spark job server: mvn dependency:copy $JOB_SERVER_ARTIFACT:$BEAM_VERSION ..."
+if mvn_quiet copy.log -U dependency:copy "-Dartifact=$JOB_SERVER_ARTIFACT:$BEAM_VERSION" \
+     "-DoutputDirectory=$work/copy" -Dmdep.useBaseVersion=true; then
+  dir="$SPARK_CACHE/job-server/v$BEAM_VERSION"
+  mkdir -p "$dir"
+  mv "$work/copy/beam-runners-spark-3-job-server-$BEAM_VERSION.jar" "$dir/"
+  found="$dir/beam-runners-spark-3-job-server-$BEAM_VERSION.jar"
+else
+  log "spark job server: $JOB_SERVER_ARTIFACT:$BEAM_VERSION was REFUSED; mvn said:"
+  mvn_said copy.log
+  # 2. assembled from the runner: the versions Maven Central lists for it (its
+  #    maven-metadata.xml, read by resolving a version range), newest <= the SDK's first
+  cat > "$work/probe.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
+<groupId>probe</groupId><artifactId>probe</artifactId><version>1</version><packaging>pom</packaging>
+<dependencies><dependency><groupId>org.apache.beam</groupId><artifactId>beam-runners-spark-3</artifactId>
+<version>[2.0.0,$BEAM_VERSION]</version><type>pom</type>
+<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>
+</dependency></dependencies></project>
+POM
+  mvn_quiet probe.log -U -f "$work/probe.xml" dependency:resolve -DexcludeTransitive=true || true
+  repo=$("$MVN" -B -q -Dstyle.color=never help:evaluate -Dexpression=settings.localRepository -DforceStdout 2>/dev/null |
+        sed 's/\x1b\[[0-9;]*m//g' || true)  # (mvn 3.8 colours even -B -q output)
+  repo=${repo:-$HOME/.m2/repository}
+  listed=$(cat "$repo/org/apache/beam/beam-runners-spark-3/"maven-metadata-*.xml 2>/dev/null |
+           grep -o '<version>[0-9][0-9.]*</version>' | sed 's/<[^>]*>//g' | sort -uV |
+           awk -v v="$BEAM_VERSION" 'BEGIN { split(v, b, ".") }
+             { split($0, a, "."); k = a[1] * 1e6 + a[2] * 1e3 + a[3]; if (k <= b[1] * 1e6 + b[2] * 1e3 + b[3]) print }' |
+           sort -rV) || true
+  [ -n "$listed" ] || { log "spark job server: Maven Central lists no version of $RUNNER_ARTIFACT <= $BEAM_VERSION"; exit 1; }
+  log "spark job server: $RUNNER_ARTIFACT versions listed <= $BEAM_VERSION: $(echo $listed | cut -c1-200)"
+  tried=0
+  for v in $listed; do
+    [ $tried -lt 4 ] || break
+    tried=$((tried + 1))
+    log "spark job server: assembling from $RUNNER_ARTIFACT:$v + Spark $SPARK_VERSION (mvn package of spark-job-server.pom.xml) ..."
+    t0=$SECONDS
+    if mvn_quiet "shade-$v.log" -U -f "$HERE/spark-job-server.pom.xml" package \
+         "-Dbeam.version=$v" "-Dspark.version=$SPARK_VERSION" "-DbuildDir=$work/target-$v"; then
+      dir="$SPARK_CACHE/job-server/v$v"
+      mkdir -p "$dir"
+      mv "$work/target-$v/spark-job-server.jar" "$dir/beam-runners-spark-3-job-server-$v-assembled.jar"
+      found="$dir/beam-runners-spark-3-job-server-$v-assembled.jar"
+      echo "$POM_SUM-$SPARK_VERSION" > "$found.pom-sum"
+      log "spark job server: assembled in $((SECONDS - t0)) s"
+      [ "$v" = "$BEAM_VERSION" ] ||
+        log "WARNING: the Spark job server is Beam $v, the SDK is $BEAM_VERSION (issue 39, item 5)"
+      break
+    fi
+    log "spark job server: $RUNNER_ARTIFACT:$v could not be assembled; mvn said:"
+    mvn_said "shade-$v.log"
+  done
+fi
+[ -n "$found" ] || { log "spark job server: nothing served near Beam $BEAM_VERSION could be had"; exit 1; }
+echo "$found" > "$pointer"
+echo "$found"
