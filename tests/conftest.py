@@ -640,6 +640,36 @@ def coco_output(shared, dataset) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
+# pytest-xdist: modules whose tests run on one worker
+# ---------------------------------------------------------------------------------------------
+
+# Modules whose module-scoped fixtures run conversions (or start an emulator, or kill runs)
+# that several of their tests read: with `-n`, each worker that gets one of their tests builds
+# them again, so their tests are sent to one worker as one unit. (pytest-xdist's xdist_group
+# marker does the same with --dist loadgroup, but it renames nodes through an attribute
+# pytest 9 no longer reads.) Every other test is sent on its own, as with the default
+# --dist load; the units of many tests are sent first (xdist's LoadScopeScheduling), so the
+# run ends on single tests and both workers finish together.
+ONE_WORKER_MODULES = frozenset(f"tests/{name}.py" for name in (
+    "finalize/test_card",
+))
+
+
+def pytest_xdist_make_scheduler(config, log):
+  """The default `load` distribution, but each of ONE_WORKER_MODULES as one unit."""
+  if config.getvalue("dist") != "load":
+    return None  # --dist given by hand: xdist's own scheduler
+  from xdist.scheduler import LoadScopeScheduling
+
+  class ModulesOnOneWorker(LoadScopeScheduling):
+    def _split_scope(self, nodeid: str) -> str:
+      module = nodeid.split("::", 1)[0]
+      return module if module in ONE_WORKER_MODULES else nodeid
+
+  return ModulesOnOneWorker(config, log)
+
+
+# ---------------------------------------------------------------------------------------------
 # The e2e marker
 # ---------------------------------------------------------------------------------------------
 

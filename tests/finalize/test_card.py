@@ -58,34 +58,116 @@ def test_card_lists_errors_by_reason():
   assert "3 inputs were rejected" in text and "`errors-0.jsonl`" in text
 
 
-@pytest.mark.e2e
-def test_card_snippets_run_as_written(coco_output, tmp_path):
-  """Each output's card: its tf.data snippet, executed in a fresh Python, parses every record
-  of the output, for the pipeline's od_api output and the other schemas' shapes."""
-  outputs = [coco_output] + [SCHEMAS[s](tmp_path / s) for s in
-                              ("coco-objects", "classification", "renamed")]
-  script, expected = [], []
-  for out in outputs:
+# Every python block the tests below run, in one fresh Python (TensorFlow is imported once,
+# not once a test): each block exec'd as written with globals of its own, its output between
+# markers, a block that raises reported in its own part and the next ones still run.
+_MARK = "@@@ card block "
+_FAILED = "@@@ this block raised"
+
+
+def _run_blocks(blocks):
+  """{name: what the block printed (its traceback too, and _FAILED, if it raised)} of
+  [(name, code)] run in one fresh Python; asserts the interpreter itself ended well."""
+  script = ["import sys, traceback"]
+  for name, code in blocks:
+    script += [f"print({_MARK + name!r}, flush=True)",
+               "try:",
+               f"  exec({code!r}, {{}})",
+               "except BaseException:",
+               "  traceback.print_exc(file=sys.stdout)",
+               f"  print({_FAILED!r})"]
+  result = run_python(["-c", "\n".join(script)])
+  assert result.returncode == 0, result.stderr[-3000:]
+  parts = result.stdout.split(_MARK)[1:]
+  outputs = {part.split("\n", 1)[0]: part.split("\n", 1)[1] for part in parts}
+  assert list(outputs) == [name for name, _ in blocks], result.stdout[-3000:]
+  return outputs
+
+
+def _ran(printed: str) -> str:
+  assert _FAILED not in printed, printed[-3000:]
+  return printed
+
+
+# The custom runs: shard names from a template, features renamed, another schema.
+CUSTOM = {
+    "template": ["--shard-name-template", "{split}_{index}.rec", "--num-shards", "2"],
+    "tutorial-renamed": ["--schema", "tutorial", "--feature-names",
+                         "depth=channels,image_raw=image"],
+    "template-and-od-renamed": ["--shard-name-template", "{split}.{index:03d}.bin",
+                                "--feature-names",
+                                "image/encoded=jpeg,image/object/class/text=names"],
+}
+_SHOW = ("\nimport PIL.Image\nfrom beam_tfrecord import reader\n"
+         "assert isinstance(reader.show({out!r}, n=4), PIL.Image.Image)\nprint('shown')\n")
+
+
+def _custom_output(root, options):
+  out = root / "out"
+  if "tutorial" in options:  # one class per image: class folders
+    from PIL import Image
+    for i, name in enumerate(["cat", "cat", "dog", "dog", "dog"]):
+      (root / "data" / name).mkdir(parents=True, exist_ok=True)
+      Image.new("RGB", (40 + i, 30), (20 * i, 90, 160)).save(root / "data" / name / f"{i}.png")
+    source = ["--format=folders", f"--input={root / 'data'}"]
+  else:
+    source = ["--format=coco", *_spaced_dataset(root / "data").inputs("coco")]
+  run_cli("convert", *source, f"--output={out}", *options)
+  return out
+
+
+@pytest.fixture(scope="module")
+def card_blocks(coco_output, tmp_path_factory):
+  """The cards' python blocks, run once for the module: the shared COCO run's (its tf.data
+  and reader blocks), the other schemas' tf.data blocks, and every block of each CUSTOM run
+  followed by reader.show on it. Returns (outputs by name, printed by block name)."""
+  root = tmp_path_factory.mktemp("cards")
+  outputs = {"od_api": coco_output}
+  outputs.update({s: SCHEMAS[s](root / s) for s in ("coco-objects", "classification",
+                                                    "renamed")})
+  outputs.update({name: _custom_output(root / name, options)
+                  for name, options in CUSTOM.items()})
+  blocks = []
+  for name, out in outputs.items():
     m = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     text = (out / "README.md").read_text(encoding="utf-8") if (out / "README.md").exists() \
         else card.render(m)
-    snippet = _python_blocks(text)[0]
-    assert "feature_description = {" in snippet
-    script.append(f"exec({snippet!r}, {{}})")
-    expected.append(f"{m['splits'][card.default_split(m)]['examples']} examples")
-  result = run_python(["-c", "\n".join(script)])
-  assert result.returncode == 0, result.stderr[-3000:]
-  counts = [line for line in result.stdout.splitlines() if line.endswith(" examples")]
-  assert counts == expected, result.stdout
+    found = _python_blocks(text)
+    if name in CUSTOM:
+      assert len(found) == 2, name
+      blocks += [(f"{name} {i}", b) for i, b in enumerate(found)]
+      blocks.append((f"{name} show", _SHOW.format(out=str(out))))
+    else:
+      blocks.append((f"{name} 0", found[0]))
+      if name == "od_api":
+        blocks.append((f"{name} 1", found[1]))
+  return outputs, _run_blocks(blocks)
+
+
+def _expected_count(out) -> str:
+  m = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+  return f"{m['splits'][card.default_split(m)]['examples']} examples"
 
 
 @pytest.mark.e2e
-def test_card_reader_snippet_runs(coco_output):
-  text = (coco_output / "README.md").read_text(encoding="utf-8")
-  snippet = _python_blocks(text)[1]
-  result = run_python(["-c", snippet])
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert "'image/object/bbox/xmin'" in result.stdout
+def test_card_snippets_run_as_written(card_blocks):
+  """Each output's card: its tf.data snippet, executed in a fresh Python, parses every record
+  of the output, for the pipeline's od_api output and the other schemas' shapes."""
+  outputs, printed = card_blocks
+  for name in ("od_api", "coco-objects", "classification", "renamed"):
+    out = outputs[name]
+    text = (out / "README.md").read_text(encoding="utf-8") if (out / "README.md").exists() \
+        else card.render(json.loads((out / "manifest.json").read_text(encoding="utf-8")))
+    assert "feature_description = {" in _python_blocks(text)[0], name
+    counts = [line for line in _ran(printed[f"{name} 0"]).splitlines()
+              if line.endswith(" examples")]
+    assert counts == [_expected_count(out)], (name, printed[f"{name} 0"])
+
+
+@pytest.mark.e2e
+def test_card_reader_snippet_runs(card_blocks):
+  _, printed = card_blocks
+  assert "'image/object/bbox/xmin'" in _ran(printed["od_api 1"])
 
 
 @pytest.mark.e2e
@@ -193,49 +275,31 @@ def test_card_names_renamed_features_from_the_runs_config():
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("options", [
-    ["--shard-name-template", "{split}_{index}.rec", "--num-shards", "2"],
-    ["--schema", "tutorial", "--feature-names", "depth=channels,image_raw=image"],
-    ["--shard-name-template", "{split}.{index:03d}.bin", "--feature-names",
-     "image/encoded=jpeg,image/object/class/text=names"],
-], ids=["template", "tutorial-renamed", "template-and-od-renamed"])
-def test_card_code_blocks_run_on_custom_shard_names_and_renamed_features(tmp_path, options):
+@pytest.mark.parametrize("name", list(CUSTOM))
+def test_card_code_blocks_run_on_custom_shard_names_and_renamed_features(card_blocks, name,
+                                                                         tmp_path, capsys):
   """Every python block of the card, run as written in a fresh Python, reads all records of
   the output: shard names from the manifest, features by their final names; reader.show
   draws them (the card's second block), `show` and `inspect` read them."""
-  out = tmp_path / "out"
-  if "tutorial" in options:  # one class per image: class folders
-    from PIL import Image
-    for i, name in enumerate(["cat", "cat", "dog", "dog", "dog"]):
-      (tmp_path / "data" / name).mkdir(parents=True, exist_ok=True)
-      Image.new("RGB", (40 + i, 30), (20 * i, 90, 160)).save(tmp_path / "data" / name /
-                                                              f"{i}.png")
-    source = ["--format=folders", f"--input={tmp_path / 'data'}"]
-  else:
-    source = ["--format=coco", *_spaced_dataset(tmp_path / "data").inputs("coco")]
-  run_cli("convert", *source, f"--output={out}", *options)
+  options = CUSTOM[name]
+  outputs, printed = card_blocks
+  out = outputs[name]
   m = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
   shards = [s["path"] for e in m["splits"].values() for s in e["shards"]]
   default_names = [bool(re.search(r"-\d{5}-of-\d{5}", p)) for p in shards]
   assert shards and set(default_names) == {"--shard-name-template" not in options}
-  text = (out / "README.md").read_text(encoding="utf-8")
-  blocks = _python_blocks(text)
-  assert len(blocks) == 2
-  check = ("\nimport PIL.Image\nassert isinstance(reader.show(OUTPUT_FOR_SHOW, n=4), "
-           "PIL.Image.Image)\nprint('shown')\n")
-  script = "\n".join(f"exec({b!r}, {{}})" for b in blocks) + \
-      f"\nfrom beam_tfrecord import reader\nOUTPUT_FOR_SHOW = {str(out)!r}" + check
-  result = run_python(["-c", script])
-  assert result.returncode == 0, result.stderr[-3000:]
-  split = card.default_split(m)
-  assert f"{m['splits'][split]['examples']} examples" in result.stdout.splitlines()
-  assert "shown" in result.stdout
+  for i in (0, 1):
+    _ran(printed[f"{name} {i}"])
+  assert _expected_count(out) in printed[f"{name} 0"].splitlines()
+  assert "shown" in _ran(printed[f"{name} show"]).splitlines()
   picture = tmp_path / "show.png"
   assert cli.main(["show", str(out), "--output", str(picture), "-n", "4"]) == 0
   assert picture.stat().st_size > 0
-  result = run_python(["-m", "beam_tfrecord.cli", "inspect", str(out), "--json"])
-  assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
-  stats = json.loads(result.stdout)
+  capsys.readouterr()
+  assert cli.main(["inspect", str(out), "--json"]) == 0
+  captured = capsys.readouterr()
+  assert "Traceback" not in captured.err, captured.err[-3000:]
+  stats = json.loads(captured.out)
   assert stats["records_match_manifest"]
   assert {s: v["records"] for s, v in stats["splits"].items()} == \
       {s: e["examples"] for s, e in m["splits"].items()}
