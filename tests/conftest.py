@@ -651,7 +651,7 @@ def coco_output(shared, dataset) -> Path:
 # --dist load; the units of many tests are sent first (xdist's LoadScopeScheduling), so the
 # run ends on single tests and both workers finish together.
 ONE_WORKER_MODULES = frozenset(f"tests/{name}.py" for name in (
-    "finalize/test_card",
+    "finalize/test_card", "test_layout",
 ))
 
 

@@ -184,21 +184,38 @@ def finished_output(tmp_path_factory) -> str:
   return out
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("command", [["--help"], ["convert", "--help"], ["inspect", "{out}"],
-                                     ["verify", "{out}"], ["verify", "--repair", "{out}"],
-                                     ["show", "{out}", "--output", "{out}/../grid.png"]])
-def test_read_only_commands_do_not_import_beam(command, finished_output):
-  argv = [a.replace("{out}", finished_output) for a in command]
+READ_ONLY_COMMANDS = [["--help"], ["convert", "--help"], ["inspect", "{out}"],
+                      ["verify", "{out}"], ["verify", "--repair", "{out}"],
+                      ["show", "{out}", "--output", "{out}/../grid.png"]]
+
+
+@pytest.fixture(scope="module")
+def read_only_runs(finished_output):
+  """Each of READ_ONLY_COMMANDS in turn in one fresh Python (TensorFlow, which verify
+  imports, is imported once): after each, its exit code and whether apache_beam is imported
+  by then. A module is never unloaded, so the first command that imports Beam and every one
+  after it say BEAM."""
+  commands = [[a.replace("{out}", finished_output) for a in c] for c in READ_ONLY_COMMANDS]
   code = ("import json, sys\n"
           "from beam_tfrecord import cli\n"
-          "try:\n"
-          "  code = cli.main(json.loads(sys.argv[1]))\n"
-          "except SystemExit as e:\n"
-          "  code = e.code\n"
-          "print('BEAM' if 'apache_beam' in sys.modules else 'NO-BEAM', code)\n")
-  result = run_python(["-c", code, json.dumps(argv)])
+          "for argv in json.loads(sys.argv[1]):\n"
+          "  try:\n"
+          "    code = cli.main(argv)\n"
+          "  except SystemExit as e:\n"
+          "    code = e.code\n"
+          "  print('@@@', 'BEAM' if 'apache_beam' in sys.modules else 'NO-BEAM', code,\n"
+          "        flush=True)\n")
+  result = run_python(["-c", code, json.dumps(commands)])
   assert result.returncode == 0, result.stderr
-  assert result.stdout.strip().splitlines()[-1] == "NO-BEAM 0", result.stdout[-2000:]
+  said = [line[4:] for line in result.stdout.splitlines() if line.startswith("@@@ ")]
+  assert len(said) == len(commands), result.stdout[-2000:]
+  return dict(zip(map(tuple, READ_ONLY_COMMANDS), said)), result.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("command", READ_ONLY_COMMANDS)
+def test_read_only_commands_do_not_import_beam(command, read_only_runs, finished_output):
+  said, stdout = read_only_runs
+  assert said[tuple(command)] == "NO-BEAM 0", stdout[-2000:]
   if command[0] == "show":
     assert Path(finished_output).parent.joinpath("grid.png").stat().st_size > 0
