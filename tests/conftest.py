@@ -651,7 +651,14 @@ def coco_output(shared, dataset) -> Path:
 # --dist load; the units of many tests are sent first (xdist's LoadScopeScheduling), so the
 # run ends on single tests and both workers finish together.
 ONE_WORKER_MODULES = frozenset(f"tests/{name}.py" for name in (
-    "finalize/test_card", "test_layout",
+    "test_layout", "cli/test_cli", "finalize/test_card", "plan/test_naming",
+    "readback/test_show", "records/test_masks", "schemas/test_tutorial_and_coco_objects",
+    "sources/test_detect", "sources/test_openimages", "sources/test_yolo_keras",
+    "storage/test_gcs", "write/test_images",
+    "e2e/test_atomic_output", "e2e/test_bad_inputs_coco", "e2e/test_bad_inputs_csv",
+    "e2e/test_bad_inputs_run_options", "e2e/test_bad_inputs_voc",
+    "e2e/test_deeplab_end_to_end", "e2e/test_if_changed", "e2e/test_incremental",
+    "e2e/test_leakage", "e2e/test_output_safety", "e2e/test_retried_tasks",
 ))
 
 
