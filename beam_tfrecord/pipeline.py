@@ -29,6 +29,7 @@ from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.sources import registry
 from beam_tfrecord.storage import files, paths
 from beam_tfrecord.write import leakage
+from beam_tfrecord.write.errors_file import WriteErrorsFile
 from beam_tfrecord.write.leakage import FindCopies
 from beam_tfrecord.write.shard_writer import merge_stats
 from beam_tfrecord.write.transform import (Indexing, WriteShards,
@@ -237,11 +238,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
                   | "StatsValues" >> beam.Values())
   errors = ((source.errors, prepare_errors, write_errors, copies)
             | "AllErrors" >> beam.Flatten())
-  error_files = (errors
-                 | "ErrorJson" >> beam.Map(ErrorRecord.to_json)
-                 | "WriteErrors" >> beam.io.WriteToText(
-                     paths.join(staging, "errors"), file_name_suffix=".jsonl",
-                     shard_name_template="-SSSSS-of-NNNNN", num_shards=1))
+  error_files = errors | "WriteErrors" >> WriteErrorsFile(staging)  # the runner's order aside
   error_counts = ((errors | "Reasons" >> beam.FlatMap(
                       lambda e: [(key, 1) for key in count_keys(e)]), excluded_counts,
                    leakage_counts)
