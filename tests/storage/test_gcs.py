@@ -134,17 +134,28 @@ def test_gs_to_gs_equals_local(emulator, tmp_path, capsys):
   assert again["source_fingerprint"]["sha256"] != manifest["source_fingerprint"]["sha256"]
 
 
-def test_gs_output_survives_an_empty_run_and_a_held_lock(emulator, tmp_path, capsys):
-  """On gs:// too, a run that writes nothing leaves the earlier output as it was, and a
-  second writer is turned away by the lock object."""
-  from beam_tfrecord.finalize import lock
-  from beam_tfrecord.finalize import output as outputs
-  local = str(tmp_path / "data")
+@pytest.fixture(scope="module")
+def gs_output(emulator, tmp_path_factory):
+  """A small dataset uploaded to gs:// and its conversion there, made once for the module;
+  (data, output, the victim object beside it). A test that edits the output puts it back."""
+  local = str(tmp_path_factory.mktemp("gs_output") / "data")
   sample.make_dataset(local, count=6)
   gs_data = f"gs://{BUCKET}/datasets/keep"
   _upload(local, gs_data)
   gs_out = f"gs://{BUCKET}/tfrecords/keep"
+  victim = f"gs://{BUCKET}/tfrecords/victim"
+  with FileSystems.create(victim) as f:
+    f.write(b"not the tool's")
   assert _convert(gs_data, gs_out) == 0
+  return gs_data, gs_out, victim
+
+
+def test_gs_output_survives_an_empty_run_and_a_held_lock(gs_output, capsys):
+  """On gs:// too, a run that writes nothing leaves the earlier output as it was, and a
+  second writer is turned away by the lock object."""
+  from beam_tfrecord.finalize import lock
+  from beam_tfrecord.finalize import output as outputs
+  gs_data, gs_out, _ = gs_output
   before = _read_tree(gs_out)
   code = cli.main(["convert", "--format", "coco", "--input",
                    f"train={gs_data}/instances_train.json", "--images",
@@ -160,30 +171,26 @@ def test_gs_output_survives_an_empty_run_and_a_held_lock(emulator, tmp_path, cap
   assert _read_tree(gs_out)["manifest.json"] == before["manifest.json"]
 
 
-def test_gs_manifest_listing_names_outside_the_output_deletes_nothing(emulator, tmp_path,
-                                                                    capsys):
+def test_gs_manifest_listing_names_outside_the_output_deletes_nothing(gs_output, capsys):
   """The ownership check holds on gs:// too: a manifest whose 'files' has a '../', an absolute
   or an empty entry is refused (exit 2) before anything is deleted."""
-  local = str(tmp_path / "data")
-  sample.make_dataset(local, count=6)
-  gs_data = f"gs://{BUCKET}/datasets/owned"
-  _upload(local, gs_data)
-  gs_out = f"gs://{BUCKET}/tfrecords/owned"
-  victim = f"gs://{BUCKET}/tfrecords/victim"
-  with FileSystems.create(victim) as f:
-    f.write(b"not the tool's")
-  assert _convert(gs_data, gs_out) == 0
-  manifest = json.loads(_read_tree(gs_out)["manifest.json"])
-  for entry in ("../victim", victim, "", "a/b"):
-    edited = dict(manifest, files=manifest["files"] + [entry])
+  gs_data, gs_out, victim = gs_output
+  original = _read_tree(gs_out)["manifest.json"]
+  manifest = json.loads(original)
+  try:
+    for entry in ("../victim", victim, "", "a/b"):
+      edited = dict(manifest, files=manifest["files"] + [entry])
+      with FileSystems.create(f"{gs_out}/manifest.json") as f:
+        f.write(json.dumps(edited).encode())
+      before = _read_tree(f"gs://{BUCKET}/tfrecords")
+      capsys.readouterr()
+      assert _convert(gs_data, gs_out, "--overwrite") == 2, entry
+      err = capsys.readouterr().err
+      assert "plain names" in err and len(err.strip().splitlines()) == 1, err
+      assert _read_tree(f"gs://{BUCKET}/tfrecords") == before, entry
+  finally:
     with FileSystems.create(f"{gs_out}/manifest.json") as f:
-      f.write(json.dumps(edited).encode())
-    before = _read_tree(f"gs://{BUCKET}/tfrecords")
-    capsys.readouterr()
-    assert _convert(gs_data, gs_out, "--overwrite") == 2, entry
-    err = capsys.readouterr().err
-    assert "plain names" in err and len(err.strip().splitlines()) == 1, err
-    assert _read_tree(f"gs://{BUCKET}/tfrecords") == before, entry
+      f.write(original)
 
 
 def test_gs_reads_are_whole_objects_or_errors(emulator):
