@@ -204,8 +204,10 @@ FRAME_STAGES: Tuple[Tuple[str, Optional[str]], ...] = (
     # read, or the wait for the read-ahead's result
     ("(beam_tfrecord/write/contents.py", COPIES),
     ("(beam_tfrecord/write/leakage.py", COPIES),
-    # finalize: manifest, label map, card, shard names, the journaled swap (finalize/*,
+    # finalize: the errors file (write/errors_file: its parts sorted and assembled),
+    # manifest, label map, card, shard names, the journaled swap (finalize/*,
     # records/manifest)
+    ("(beam_tfrecord/write/errors_file.py", FINALIZE),
     ("(beam_tfrecord/finalize/", FINALIZE),
     ("(beam_tfrecord/records/manifest.py", FINALIZE),
     ("(beam_tfrecord/storage/versions.py", FINALIZE),  # --append's versions

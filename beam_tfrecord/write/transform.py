@@ -141,8 +141,7 @@ class _WriteShard(beam.DoFn):
       self._pending.append(self._pool.submit(task))
       # the shards written so far, in order, go on now: a result waiting for the bundle's
       # end holds its stats and errors until then
-      while self._pending and self._pending[0].done():
-        yield from self._outputs(self._pending.pop(0).result())
+      yield from self._written(wait=False)
 
   def task_of(self, split: str, shard: int, label_map, plan: ShardPlan) -> ShardTask:
     """The ShardTask of (split, shard): its range of the plan's runs, and with indexing what
@@ -165,22 +164,28 @@ class _WriteShard(beam.DoFn):
         task.reuse = reuse
     return task
 
+  def _written(self, wait: bool):
+    """The outputs of the pending shards, in the order they came: those written already, or
+    (wait) all of them. A failed shard fails the bundle, and no shard after it is begun."""
+    while self._pending and (wait or self._pending[0].done()):
+      future = self._pending.pop(0)
+      try:
+        result = future.result()
+      except BaseException:
+        for rest in self._pending:  # the bundle fails: write nothing more
+          rest.cancel()
+        self._pending = []
+        raise
+      yield from self._outputs(result)
+
   def finish_bundle(self):
-    pending, self._pending = self._pending, []
     try:
-      for done, future in enumerate(pending):
-        try:
-          result = future.result()
-        except BaseException:
-          for rest in pending[done + 1:]:  # the bundle fails: write nothing more
-            rest.cancel()
-          raise
-        for value in self._outputs(result):
-          if isinstance(value, beam.pvalue.TaggedOutput):
-            yield beam.pvalue.TaggedOutput(value.tag, WindowedValue(
-                value.value, MIN_TIMESTAMP, [GlobalWindow()]))
-          else:
-            yield WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
+      for value in self._written(wait=True):
+        if isinstance(value, beam.pvalue.TaggedOutput):
+          yield beam.pvalue.TaggedOutput(value.tag, WindowedValue(
+              value.value, MIN_TIMESTAMP, [GlobalWindow()]))
+        else:
+          yield WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
     finally:
       self.teardown()
 
