@@ -74,7 +74,7 @@ alive() {  # CLASS N: is the daemon of that pid file running (and a java process
   f=$(pid_file "$1" "$2")
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
-  kill -0 "$pid" 2>/dev/null && ps -p "$pid" -o args= | grep -q "$1"
+  kill -0 "$pid" 2>/dev/null && ps -ww -p "$pid" -o args= | grep -q "$1"  # -ww: no 80-column cut
 }
 
 master_json() { curl -fsS --max-time 5 "http://$HOST:$MASTER_UI/json/" 2>/dev/null; }
@@ -143,7 +143,17 @@ stop() {
     daemon stop "$MASTER_CLASS" 1; stopped=$((stopped + 1))
     wait_gone "$pid"
   fi
-  rm -f "$SPARK_PID_DIR"/spark-"$SPARK_IDENT_STRING"-*.pid 2>/dev/null || true
+  # a pid file is removed only when its process is gone (spark-daemon.sh removes its own)
+  local f left=0
+  for f in "$SPARK_PID_DIR"/spark-"$SPARK_IDENT_STRING"-*.pid; do
+    [ -f "$f" ] || continue
+    if kill -0 "$(cat "$f")" 2>/dev/null; then
+      log "still running: pid $(cat "$f") of $f"; left=$((left + 1))
+    else
+      rm -f "$f"
+    fi
+  done
+  [ $left -eq 0 ] || die "$left process(es) named by pid files still run; not stopped"
   rm -rf "$RUN"/work-* 2>/dev/null || true
   log "stopped $stopped spark daemon(s) (logs kept in $RUN/logs)"
 }
