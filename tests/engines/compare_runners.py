@@ -1,12 +1,13 @@
-"""Are the outputs on Prism byte-identical to the DirectRunner's? (issue 39)
+"""Are the outputs on Prism or Spark byte-identical to the DirectRunner's? (issue 39)
 
-  python tests/engines/compare_runners.py [--env process|loopback] [--formats coco,voc,...]
-                                          [--keep] [--tree DIR]
+  python tests/engines/compare_runners.py [--engine prism|spark] [--env process|loopback]
+                                          [--formats coco,voc,...] [--keep] [--tree DIR]
 
 Makes the tests' generated dataset in every format the tool reads (benchmarks/same_bytes.py's
 sources: the tests' writers of each labelling tool's layout, COCO with every kind of
 segmentation), plus COCO with `--layout tfds`; converts each with the default in-process runner
-(no --runner) and with deploy/engines/convert-on.sh prism, and compares every file that carries
+(no --runner) and with deploy/engines/convert-on.sh ENGINE (prism by default; spark wants
+`deploy/engines/cluster.sh start spark` first), and compares every file that carries
 no time (shards, label maps, error files, the manifest without its times; under --layout tfds
 every file of the tree) byte for byte. Exit 0 when all are identical.
 --tree DIR: run that checkout's beam_tfrecord (PYTHONPATH and cwd), e.g. a worktree with
@@ -15,12 +16,14 @@ proposed fixes applied. Conversions run one at a time (2-core machine).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -32,6 +35,19 @@ for _path in (REPO / "benchmarks", REPO / "tests"):
     sys.path.insert(0, str(_path))
 import same_bytes  # noqa: E402  (benchmarks/: the formats, and how outputs compare)
 
+# setup.sh's cache, and what it builds for this SDK's Beam version (read as setup.sh does)
+BEAM_VERSION = importlib.metadata.version("apache-beam")
+CACHE = Path(os.environ.get("ENGINES_CACHE",
+                            Path.home() / ".cache" / "beam-tfrecord" / "engines"))
+BOOT = Path(os.environ.get("BEAM_BOOT", CACHE / "python-boot" / f"v{BEAM_VERSION}" / "boot"))
+
+
+def skip_unless_selected(request, what: str) -> None:
+  """The engines tests run only when the marker expression names `engines` (-m engines)."""
+  import pytest
+  if "engines" not in (request.config.option.markexpr or ""):
+    pytest.skip(f"an engines test ({what}): select it with -m engines")
+
 
 def sources(root: Path) -> Dict[str, List[str]]:
   """{name: convert arguments}: benchmarks/same_bytes.py's formats, and COCO as --layout tfds."""
@@ -39,6 +55,23 @@ def sources(root: Path) -> Dict[str, List[str]]:
   found["coco-tfds"] = found["coco"] + ["--layout=tfds", "--dataset-name=shapes"]
   found["coco-copies"] = coco_with_copies(root / "copies")
   return found
+
+
+def small_sources(root: Path) -> Dict[str, List[str]]:
+  """{name: convert arguments} of one small generated dataset in three formats: COCO with
+  masks (every kind of segmentation), VOC (two shards) and YOLO; what the engines tests run."""
+  import coco_masks  # noqa: E402  (tests/, on sys.path above)
+  import conftest  # noqa: E402
+  import layouts  # noqa: E402
+  ds = conftest.make_dataset(root / "data", count=6, seed=3)
+  masks = coco_masks.make_coco(root / "masks")
+  yolo = layouts.write_ultralytics(ds.images, ds.image_dir, root / "yolo")
+  return {
+      "coco-masks": ["--format=coco", f"--input={masks}", f"--images={masks.parent / 'images'}",
+                     "--include-masks"],
+      "voc": ["--format=voc", *ds.inputs("voc"), "--num-shards=2"],
+      "yolo": ["--format=yolo", f"--input={yolo}"],
+  }
 
 
 def coco_with_copies(root: Path, count: int = 12, contents: int = 6,
@@ -84,11 +117,17 @@ def convert_direct(args: List[str], output: Path, tree: Path = REPO,
                         capture_output=True, text=True, timeout=timeout)
 
 
-def convert_prism(args: List[str], output: Path, env_type: str = "process", tree: Path = REPO,
-                  timeout: float = 600) -> subprocess.CompletedProcess:
-  return subprocess.run(["bash", str(CONVERT_ON), "prism", "--env", env_type, "--", *args,
+def convert_on(engine: str, args: List[str], output: Path, env_type: str = "process",
+               tree: Path = REPO, timeout: float = 600) -> subprocess.CompletedProcess:
+  """deploy/engines/convert-on.sh ENGINE (prism, spark)."""
+  return subprocess.run(["bash", str(CONVERT_ON), engine, "--env", env_type, "--", *args,
                          f"--output={output}"], cwd=tree, env=environment(tree),
                         capture_output=True, text=True, timeout=timeout)
+
+
+def convert_prism(args: List[str], output: Path, env_type: str = "process", tree: Path = REPO,
+                  timeout: float = 600) -> subprocess.CompletedProcess:
+  return convert_on("prism", args, output, env_type, tree, timeout)
 
 
 def last_error(done: subprocess.CompletedProcess) -> str:
@@ -98,6 +137,7 @@ def last_error(done: subprocess.CompletedProcess) -> str:
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--engine", default="prism", choices=["prism", "spark"])
   parser.add_argument("--env", default="process", choices=["process", "loopback"])
   parser.add_argument("--formats", help="comma-separated subset (default: all)")
   parser.add_argument("--tree", default=str(REPO), help="the checkout to run (default: this)")
@@ -110,19 +150,23 @@ def main(argv=None) -> int:
     found = sources(work / "src")
     names = args.formats.split(",") if args.formats else list(found)
     for name in names:
-      direct, prism = work / "out" / f"{name}-direct", work / "out" / f"{name}-prism"
+      direct, engine = work / "out" / f"{name}-direct", work / "out" / f"{name}-{args.engine}"
       d = convert_direct(found[name], direct, tree)
-      p = convert_prism(found[name], prism, args.env, tree)
-      (work / f"{name}-prism.log").write_text(p.stderr)
+      started = time.monotonic()
+      p = convert_on(args.engine, found[name], engine, args.env, tree)
+      took = time.monotonic() - started
+      (work / f"{name}-{args.engine}.log").write_text(p.stderr)
       if d.returncode != 0:
         print(f"{name}: DirectRunner failed ({d.returncode}): {last_error(d)}")
         failures += 1
       elif p.returncode != 0:
-        print(f"{name}: Prism ({args.env}) failed ({p.returncode}): {last_error(p)}")
+        print(f"{name}: {args.engine} ({args.env}) failed ({p.returncode}, {took:.0f} s): "
+              f"{last_error(p)}")
         failures += 1
       else:
-        diff = differences(direct, prism)
-        print(f"{name}: " + ("identical" if not diff else "DIFFERENT: " + "; ".join(diff[:5])))
+        diff = differences(direct, engine)
+        print(f"{name}: " + ("identical" if not diff else "DIFFERENT: " + "; ".join(diff[:5])) +
+              f" ({args.engine} {took:.0f} s)")
         failures += bool(diff)
       sys.stdout.flush()
   finally:

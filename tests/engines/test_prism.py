@@ -21,7 +21,6 @@ modules import by that name.)
 from __future__ import annotations
 
 import concurrent.futures
-import importlib.metadata
 import os
 import sys
 from pathlib import Path
@@ -34,18 +33,14 @@ import compare_runners  # noqa: E402
 
 pytestmark = pytest.mark.engines
 
-BEAM_VERSION = importlib.metadata.version("apache-beam")
-CACHE = Path(os.environ.get("ENGINES_CACHE",
-                            Path.home() / ".cache" / "beam-tfrecord" / "engines"))
-PRISM = Path(os.environ.get("PRISM", CACHE / "prism" / f"v{BEAM_VERSION}" / "prism"))
-BOOT = Path(os.environ.get("BEAM_BOOT", CACHE / "python-boot" / f"v{BEAM_VERSION}" / "boot"))
+BEAM_VERSION, BOOT = compare_runners.BEAM_VERSION, compare_runners.BOOT
+PRISM = Path(os.environ.get("PRISM", compare_runners.CACHE / "prism" / f"v{BEAM_VERSION}" / "prism"))
 
 
 @pytest.fixture(autouse=True)
 def _selected(request):
-  if "engines" not in (request.config.option.markexpr or ""):
-    pytest.skip("an engines test (minutes of Prism start-ups): select it with -m engines, "
-                "after bash deploy/engines/setup.sh")
+  compare_runners.skip_unless_selected(
+      request, "minutes of Prism start-ups; after bash deploy/engines/setup.sh")
 
 
 def _missing() -> str:
@@ -59,19 +54,7 @@ def inputs(tmp_path_factory):
   """{name: convert arguments} of one small generated dataset in three formats."""
   if _missing():
     pytest.skip(_missing())
-  import coco_masks
-  import conftest
-  import layouts
-  root = tmp_path_factory.mktemp("engines")
-  ds = conftest.make_dataset(root / "data", count=6, seed=3)
-  masks = coco_masks.make_coco(root / "masks")
-  yolo = layouts.write_ultralytics(ds.images, ds.image_dir, root / "yolo")
-  return {
-      "coco-masks": ["--format=coco", f"--input={masks}", f"--images={masks.parent / 'images'}",
-                     "--include-masks"],
-      "voc": ["--format=voc", *ds.inputs("voc"), "--num-shards=2"],
-      "yolo": ["--format=yolo", f"--input={yolo}"],
-  }
+  return compare_runners.small_sources(tmp_path_factory.mktemp("engines"))
 
 
 def test_prism_gives_the_direct_runners_bytes(inputs, tmp_path, monkeypatch):
