@@ -97,15 +97,24 @@ def check_points(output: str, images, size: int, names, dropped=(), atol: float 
       assert "image/object/keypoint/x" not in features
 
 
-def test_coco_keypoints_round_trip_through_the_od_api_decoder(tmp_path, capsys):
-  """person_keypoints train and val files (categories last, as the official files): each
-  person's 17 points decode as the JSON gives them; the dog (a category without keypoints)
-  carries 17 unlabelled points, so that the decoder's [objects, 17] reshape holds."""
+@pytest.fixture(scope="module")
+def coco_run(tmp_path_factory):
+  """person_keypoints train and val files (categories last, as the official files) converted
+  with the default options, once for the module: (images, run)."""
+  tmp_path = tmp_path_factory.mktemp("keypoints_coco")
   root = tmp_path / "coco"
   images = lk.make_images(root)
   inputs = [f"{split}={lk.write_coco(root, images, split)}" for split in ("train", "val")]
   run = convert(["--format", "coco", *sum((["--input", i] for i in inputs), []),
-                 "--images", str(root / "images"), "--output", str(tmp_path / "out")], capsys)
+                 "--images", str(root / "images"), "--output", str(tmp_path / "out")])
+  return images, run
+
+
+def test_coco_keypoints_round_trip_through_the_od_api_decoder(coco_run):
+  """Each person's 17 points decode as the JSON gives them; the dog (a category without
+  keypoints) carries 17 unlabelled points, so that the decoder's [objects, 17] reshape
+  holds."""
+  images, run = coco_run
   assert run.code == 0 and run.errors == [], run.stderr
   check_points(run.output, images, K, lk.COCO_KEYPOINTS)
 
@@ -254,15 +263,11 @@ def test_files_with_other_keypoints_fail_the_run(tmp_path, capsys):
 # Finalize, and keypoints follow --max-side and EXIF turns in write/encode.py.
 
 
-def test_manifest_card_and_reader_name_the_keypoints(tmp_path, capsys):
+def test_manifest_card_and_reader_name_the_keypoints(coco_run):
   """manifest.json `keypoints`: K, the 17 names, the skeleton as 0-based pairs, the class
   that owns them; the keypoint keys in `features`, so that reader.load parses them; the card's
   Keypoints section."""
-  root = tmp_path / "coco"
-  images = lk.make_images(root)
-  source = lk.write_coco(root, images, "train")
-  run = convert(["--input", str(source), "--images", str(root / "images"),
-                 "--output", str(tmp_path / "out")], capsys)
+  images, run = coco_run
   assert run.code == 0, run.stderr
   assert run.manifest["keypoints"] == {
       "num_keypoints": K, "names": list(lk.COCO_KEYPOINTS),
