@@ -454,25 +454,28 @@ def test_merging_two_coco_datasets_whose_folders_use_the_same_file_names(tmp_pat
 
 
 def test_same_dataset_as_coco_voc_csv_yolo_gives_same_examples(dataset, tmp_path,
-                                                               coco_sorted_ids_output):
+                                                               coco_sorted_ids_output,
+                                                               format_output):
   """One dataset in four formats, one label map: the same images, splits, classes, ids and
   boxes (to 1e-5) whatever the format."""
   from bad_data import Run, read_errors, read_examples
   ids = {"cat": 1, "dog": 2, "person": 3}
   label_map = str(layouts.write_label_map(tmp_path / "map.pbtxt", ids))
   yaml_path = layouts.write_ultralytics(dataset.images, dataset.image_dir, tmp_path / "yolo")
-  # COCO with this label map is the session's coco_sorted_ids run (the same ids, FnApiRunner)
+  # COCO with this label map is the session's coco_sorted_ids run (the same ids, FnApiRunner);
+  # VOC and CSV with it are their default runs (sorted names 1..N: these very ids)
   assert dataset.sorted_name_ids() == ids
-  shared = str(coco_sorted_ids_output.path)
-  runs = {"coco": Run(0, shared, coco_sorted_ids_output.manifest, read_errors(shared),
-                      read_examples(shared, coco_sorted_ids_output.manifest))}
-  layouts.check_od_examples(runs["coco"], dataset.images, dataset.image_dir, ids)
-  for fmt, inputs in (("voc", dataset.inputs("voc")),
-                      ("csv", dataset.inputs("csv")), ("yolo", [f"--input={yaml_path}"])):
-    runs[fmt] = convert(["--format", fmt, *inputs, "--label-map", label_map,
-                         "--output", str(tmp_path / "out" / fmt), RUNNER])
-    assert runs[fmt].code == 0, fmt
+  shared = {"coco": coco_sorted_ids_output, "voc": format_output("voc"),
+            "csv": format_output("csv")}
+  runs = {fmt: Run(0, str(out.path), out.manifest, read_errors(str(out.path)),
+                   read_examples(str(out.path), out.manifest)) for fmt, out in shared.items()}
+  for fmt in shared:
+    assert runs[fmt].manifest["label_map"] == ids, fmt
     layouts.check_od_examples(runs[fmt], dataset.images, dataset.image_dir, ids)
+  runs["yolo"] = convert(["--format", "yolo", f"--input={yaml_path}", "--label-map", label_map,
+                          "--output", str(tmp_path / "out" / "yolo"), RUNNER])
+  assert runs["yolo"].code == 0
+  layouts.check_od_examples(runs["yolo"], dataset.images, dataset.image_dir, ids)
 
   def essence(run):
     result = {}
