@@ -201,15 +201,6 @@ def test_unknown_options_reach_beam(small_dataset, tmp_path, capsys):
   assert err.count("\n") == 1 and "DirectRunner" in err and not (tmp_path / "out").exists()
 
 
-@pytest.mark.e2e
-def test_space_separated_beam_options(small_dataset, tmp_path):
-  out = tmp_path / "out"
-  code = cli.main(["convert", "--format=csv", *small_dataset.inputs("csv"), f"--output={out}",
-                   "--runner", "FnApiRunner", "--direct_num_workers", "1"])
-  assert code == 0
-  assert (out / "manifest.json").exists()
-
-
 # ---------------------------------------------------------------------------------------------
 # Output directory rules
 # ---------------------------------------------------------------------------------------------
@@ -229,12 +220,13 @@ def test_non_empty_output_is_refused_with_a_clear_message(small_dataset, tmp_pat
 
 @pytest.mark.e2e
 def test_overwrite_replaces_an_earlier_run(small_dataset, tmp_path):
+  """The first run gives its Beam options space-separated (--runner FnApiRunner
+  --direct_num_workers 1), the second as --runner=FnApiRunner."""
   out = tmp_path / "out"
-  args = ["convert", "--format=csv", *small_dataset.inputs("csv"), f"--output={out}",
-          "--runner=FnApiRunner"]
-  run_cli(*args, "--num-shards=2")
+  args = ["convert", "--format=csv", *small_dataset.inputs("csv"), f"--output={out}"]
+  run_cli(*args, "--num-shards=2", "--runner", "FnApiRunner", "--direct_num_workers", "1")
   assert len(list(out.glob("*-of-00002.tfrecord"))) == 4
-  run_cli(*args, "--num-shards=1", "--overwrite")
+  run_cli(*args, "--num-shards=1", "--overwrite", "--runner=FnApiRunner")
   assert sorted(p.name for p in out.glob("*.tfrecord")) == \
       ["train-00000-of-00001.tfrecord", "val-00000-of-00001.tfrecord"]
   output = read_output(out)
