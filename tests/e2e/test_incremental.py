@@ -357,8 +357,9 @@ def test_a_kill_leaves_the_old_version_or_the_new_one(earlier, tmp_path):
 
 def test_on_cloud_storage(tmp_path, monkeypatch):
   """gs:// (the storage emulator): an incremental run in place equals a full run with
-  --plan-from the first version (made before, while the first version is the output); unchanged shards are server-side copies of the earlier
-  objects (FileSystems.copy: a rewrite, no download)."""
+  --plan-from the first version (made before, while the first version is the output);
+  unchanged shards are server-side copies of the earlier objects (FileSystems.copy: a
+  rewrite, no download)."""
   pytest.importorskip("gcp_storage_emulator")
   import gcs_emulator
   from apache_beam.io.filesystems import FileSystems
