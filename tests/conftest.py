@@ -653,16 +653,18 @@ def coco_output(shared, dataset) -> Path:
 ONE_WORKER_MODULES = frozenset(f"tests/{name}.py" for name in (
     "test_layout", "cli/test_cli", "finalize/test_card", "plan/test_naming",
     "readback/test_show", "records/test_masks", "schemas/test_tutorial_and_coco_objects",
-    "sources/test_detect", "sources/test_openimages", "sources/test_yolo_keras",
+    "sources/test_coco", "sources/test_detect", "sources/test_openimages",
+    "sources/test_yolo_keras",
     "storage/test_gcs", "write/test_images",
     "e2e/test_atomic_output", "e2e/test_bad_inputs_coco", "e2e/test_bad_inputs_csv",
     "e2e/test_bad_inputs_run_options", "e2e/test_bad_inputs_voc",
     "e2e/test_deeplab_end_to_end", "e2e/test_if_changed", "e2e/test_incremental",
-    "e2e/test_keypoints",
-    "e2e/test_leakage", "e2e/test_output_safety", "e2e/test_retried_tasks",
+    "e2e/test_keypoints", "e2e/test_leakage", "e2e/test_output_safety",
+    "e2e/test_retried_tasks",
 ))
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: unknown to a run without it
 def pytest_xdist_make_scheduler(config, log):
   """The default `load` distribution, but each of ONE_WORKER_MODULES as one unit."""
   if config.getvalue("dist") != "load":
