@@ -18,7 +18,6 @@ from beam_tfrecord.records import packed
 from beam_tfrecord.storage import paths, spill
 
 _RECORDS = struct.Struct("<I")
-_FRAMED = struct.Struct("<II")  # spill's length, then _RECORDS
 
 
 def run_name(split: str, run: int) -> str:
@@ -30,10 +29,8 @@ def write_run(directory: str, split: str, run: int, entries: Sequence[packed.Pac
   unique name and renamed, so a retried bundle replaces it whole."""
   final = paths.child(directory, run_name(split, run))
   data = io.BytesIO()
-  head, records_at, blob_at = _FRAMED.pack, packed.RECORDS, packed.BLOB
-  # spill's framing (length) and the record count in one pack
-  data.write(b"".join([head(len(e[blob_at]) + 4, e[records_at]) + e[blob_at]
-                       for e in entries]))
+  spill.write_records(data, [_RECORDS.pack(e[packed.RECORDS]) + e[packed.BLOB]
+                             for e in entries])
   partial = paths.child(directory, f".part-{uuid.uuid4().hex}-{run_name(split, run)}")
   if paths.is_remote(directory):
     from apache_beam.io.filesystems import FileSystems

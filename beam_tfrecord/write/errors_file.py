@@ -15,6 +15,7 @@ rejected: ~80,000 lines, ~30 MB). The assembly holds one copy buffer.
 from __future__ import annotations
 
 import hashlib
+import shutil
 import uuid
 from typing import Iterable, List, Tuple
 
@@ -62,11 +63,7 @@ def _assemble(_, parts: List[str], staging: str) -> Iterable[str]:
     for path in sorted(parts, key=lambda p: p.rsplit("/", 1)[-1]):
       with (files.open_local(path, follow=False) if not paths.is_remote(path)
             else files.open_read(path)) as f:
-        while True:
-          chunk = f.read(_COPY_BYTES)
-          if not chunk:
-            break
-          out.write(chunk)
+        shutil.copyfileobj(f, out, _COPY_BYTES)
   FileSystems.rename([partial], [final])
   yield final
 
