@@ -114,8 +114,7 @@ class ShardTask:
   delta: bool = False              # --append: this file is (or stays) a delta shard
   # `previous`'s file stamp and index digest as its version recorded them ('' where not)
   recorded: Tuple[str, str] = ("", "")
-  # local runners: each written image's content digest goes to spill files under this folder
-  # (contents.Collected), not back to the runner's process in ShardResult.contents
+  # local runners: content digests spilled here (contents.Collected), not returned
   contents_directory: Optional[str] = None
 
 
