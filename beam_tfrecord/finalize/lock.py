@@ -39,13 +39,25 @@ class LockNotWritten(Exception):
 
 
 def _alive(pid: int) -> bool:
+  """True while `pid` runs. A zombie (dead, its parent not yet told) is not alive: a run
+  killed with SIGKILL whose parent died too stays one until init reaps it, which may take
+  seconds on a loaded machine, and its lock must be taken over at once."""
   try:
     os.kill(pid, 0)
   except ProcessLookupError:
     return False
   except PermissionError:
     return True
-  return True
+  return _state(pid) not in ("Z", "X")
+
+
+def _state(pid: int) -> str:
+  """The process state letter from /proc/<pid>/stat ('' when it cannot be read)."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0]
+  except (OSError, IndexError):
+    return ""
 
 
 def holder_text(holder: Dict) -> str:

@@ -209,3 +209,29 @@ def test_a_lock_whose_pid_now_belongs_to_another_process_is_stale(tmp_path):
   lock.acquire()
   assert json.loads((tmp_path / locks_.LOCK).read_text())["run_id"] == "new"
   lock.release()
+
+
+def test_a_zombie_holder_is_dead(tmp_path):
+  """A run killed with SIGKILL is a zombie until its parent (often init) reaps it; on a loaded
+  machine that takes seconds. Its lock is a dead run's lock, taken over at once (the cron
+  wrapper's hard-kill test failed under load on exactly this)."""
+  import datetime
+  child = subprocess.Popen([sys.executable, "-c", "pass"])
+  deadline = time.monotonic() + 30
+  while lock._state(child.pid) != "Z":  # exited, not reaped: we have not waited for it
+    assert time.monotonic() < deadline, "the child never became a zombie"
+    time.sleep(0.02)
+  try:
+    os.kill(child.pid, 0)  # a zombie still answers signal 0
+    holder = {"host": HOST, "pid": child.pid, "run_id": "killed",
+              "started": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                  timespec="seconds")}
+    assert lock.verdict(holder, 5.0, HOST) == "dead"
+    (tmp_path / lock.LOCK).write_text(json.dumps(holder))
+    taken = lock.OutputLock(str(tmp_path), "next")
+    taken.acquire()
+    assert json.loads((tmp_path / lock.LOCK).read_text())["run_id"] == "next"
+    taken.release()
+  finally:
+    child.wait()
+  assert not lock._alive(child.pid)
