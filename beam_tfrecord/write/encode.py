@@ -221,7 +221,8 @@ def fetch_image(ann: ImageAnnotation, options: EncodeOptions) -> Tuple[bytes, st
 def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
             options: EncodeOptions = EncodeOptions(),
             fetched: Optional[Callable[[], Tuple[bytes, str]]] = None) -> Converted:
-  """Never raises for bad input: every problem becomes an ErrorRecord. `fetched` returns
+  """Never raises for bad input: every problem becomes an ErrorRecord (an ImportError is the
+  environment's, not the input's, and is raised). `fetched` returns
   fetch(ann.uri) (or raises InputError) when it ran ahead; by default it is called here."""
   errors: List[ErrorRecord] = []
   try:
@@ -240,6 +241,8 @@ def convert(ann: ImageAnnotation, label_map: Mapping[str, int],
     encoded = schema.encode(ann, prepared, label_map, options, **extra)
   except InputError as e:
     return Converted(None, [], 0, False, errors + [e.record(ann.source, ann.key)])
+  except ImportError:  # the worker's environment, not this image: every image would fail the
+    raise              # same way (a package missing from setup.py), so the job must fail
   except Exception as e:  # a bug or an unforeseen input: report it, never kill the job
     return Converted(None, [], 0, False, errors + [ErrorRecord(
         source=ann.source, stage="encode", reason="unexpected_error", key=ann.key,

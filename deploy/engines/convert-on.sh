@@ -11,6 +11,8 @@
 #            `bash deploy/engines/cluster.sh start spark`. (flink: a later part of issue 39)
 #   --master the Spark master (spark only; default $SPARK_MASTER_URL, else
 #            spark://127.0.0.1:7077, cluster.sh's)
+#   --run    SCRIPT: run that Python pipeline script (which takes Beam's options) with the
+#            same runner and worker options, instead of convert (the tests' probes use it)
 #   --env    the SDK harness's environment (default: process)
 #            process   --environment_type=PROCESS: the runner starts each SDK worker as a
 #                      process of its own (deploy/engines/worker.sh -> Beam's Python boot ->
@@ -30,14 +32,22 @@
 # On Prism and Spark the pipeline takes its distributed path (neither is one of Beam's local
 # runners): the runner's shuffles, no spill files, the run directory through FileSystems.
 #
-# KNOWN GAP (issue 39, item 2): the PROCESS workers run with the project's own Python
-# (BEAM_TFRECORD_PYTHON, default the repository's .venv), not a virtualenv made from what the
-# job stages (--setup_file etc.) as Dataflow's would be; see worker.sh.
+# With --env process the job stages the project as a Dataflow job does: --setup_file (the
+# repository's setup.py, or BEAM_TFRECORD_SETUP_FILE), whose sdist Beam's stager builds; each
+# worker is a fresh venv (worker.sh) over Beam's SDK (the worker image setup.sh makes) into
+# which boot pip-installs the staged sdist and the dependencies setup.py declares, from the
+# wheels setup.sh resolved (offline). Nothing of the launcher's venv reaches the workers: a
+# dependency missing from setup.py fails the job, as it would on Dataflow.
 #
 # Environment:
-#   BEAM_TFRECORD_PYTHON  the Python that launches (and, with PROCESS, runs the workers;
-#                         default: the repository's .venv/bin/python). beam-tfrecord and
-#                         apache-beam must be importable from it (PYTHONPATH is passed on).
+#   BEAM_TFRECORD_PYTHON  the Python that launches (default: the repository's
+#                         .venv/bin/python): beam-tfrecord and apache-beam must be importable
+#                         from it (PYTHONPATH is passed on to it, not to PROCESS workers).
+#   BEAM_TFRECORD_SETUP_FILE  the setup.py the job stages (--env process; default the
+#                         repository's)
+#   BEAM_WORKER_IMAGE     the workers' image (default: setup.sh worker's, made if missing)
+#   BEAM_WORKER_WHEELS    the wheels the workers' pip installs from, offline (default: the
+#                         image's wheels folder; empty: the workers' pip uses PyPI)
 #   ENGINES_CACHE         setup.sh's cache (default ~/.cache/beam-tfrecord/engines)
 #   PRISM                 the prism binary (default: setup.sh's for the SDK's Beam version)
 #   BEAM_BOOT             the Python SDK boot binary (default: setup.sh's, likewise)
@@ -58,6 +68,7 @@ die() { echo "convert-on.sh: $*" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 ENGINE=$1; shift
 ENV_TYPE=process
+RUN_SCRIPT=
 MASTER=${SPARK_MASTER_URL:-spark://127.0.0.1:7077}
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case "$1" in
@@ -65,6 +76,8 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     --env=*) ENV_TYPE=${1#--env=}; shift ;;
     --master) [ $# -ge 2 ] || usage; MASTER=$2; shift 2 ;;
     --master=*) MASTER=${1#--master=}; shift ;;
+    --run) [ $# -ge 2 ] || usage; RUN_SCRIPT=$2; shift 2 ;;
+    --run=*) RUN_SCRIPT=${1#--run=}; shift ;;
     -h|--help) usage ;;
     *) die "unknown option $1 before -- (the convert arguments come after --)" ;;
   esac
@@ -127,14 +140,29 @@ case "$ENV_TYPE" in
   process)
     BEAM_BOOT=${BEAM_BOOT:-$ENGINES_CACHE/python-boot/v$BEAM_VERSION/boot}
     [ -x "$BEAM_BOOT" ] || die "no Python SDK boot at $BEAM_BOOT: run bash deploy/engines/setup.sh"
+    # The workers' image and offline wheels (setup.sh worker: made once, and again when
+    # setup.py changed; quick when there).
+    if [ -z "${BEAM_WORKER_IMAGE:-}" ]; then
+      BEAM_WORKER_IMAGE=$(BEAM_PYTHON="$PY" BEAM_VERSION="$BEAM_VERSION" bash "$HERE/setup.sh" worker 2>"$RUN_TMP/setup.log" | tail -1) &&
+        [ -f "$BEAM_WORKER_IMAGE/.complete" ] ||
+        { cat "$RUN_TMP/setup.log" >&2; rm -rf "$RUN_TMP"; die "no worker image: bash deploy/engines/setup.sh worker failed"; }
+    fi
+    BEAM_WORKER_WHEELS=${BEAM_WORKER_WHEELS-$BEAM_WORKER_IMAGE-wheels}
     config=$("$PY" -c '
 import json, sys
-command, python, boot, tmp = sys.argv[1:]
-print(json.dumps({"command": command,
-                  "env": {"BEAM_WORKER_PYTHON": python, "BEAM_BOOT": boot,
-                          "BEAM_WORKER_TMP": tmp}}))' \
-      "$HERE/worker.sh" "$PY" "$BEAM_BOOT" "$RUN_TMP")
-    beam_args+=(--environment_type=PROCESS "--environment_config=$config") ;;
+command, image, wheels, boot, tmp = sys.argv[1:]
+env = {"BEAM_WORKER_IMAGE": image, "BEAM_BOOT": boot, "BEAM_WORKER_TMP": tmp}
+if wheels:
+  env["BEAM_WORKER_WHEELS"] = wheels
+print(json.dumps({"command": command, "env": env}))' \
+      "$HERE/worker.sh" "$BEAM_WORKER_IMAGE" "$BEAM_WORKER_WHEELS" "$BEAM_BOOT" "$RUN_TMP")
+    # What the job stages, as a Dataflow job would: the project's sdist (Beam's stager builds
+    # it from setup.py), which boot pip-installs into each worker's fresh venv with the
+    # dependencies setup.py declares.
+    SETUP_FILE=${BEAM_TFRECORD_SETUP_FILE:-$REPO/setup.py}
+    [ -f "$SETUP_FILE" ] || die "no setup file at $SETUP_FILE"
+    beam_args+=(--environment_type=PROCESS "--environment_config=$config"
+                "--setup_file=$SETUP_FILE") ;;
   *) die "unknown --env $ENV_TYPE (process or loopback)" ;;
 esac
 
@@ -143,7 +171,11 @@ echo "convert-on.sh: $ENGINE (Beam $BEAM_VERSION, $ENV_TYPE): $engine_is" >&2
 # Prism starts, are in it too, so that nothing of the engine outlives this script, whatever
 # way convert ends. (Spark's executors belong to the cluster: they end the job's SDK workers.)
 set +e
-setsid "$PY" -m beam_tfrecord.cli convert "$@" "${beam_args[@]}" &
+if [ -n "$RUN_SCRIPT" ]; then
+  setsid "$PY" "$RUN_SCRIPT" "$@" "${beam_args[@]}" &
+else
+  setsid "$PY" -m beam_tfrecord.cli convert "$@" "${beam_args[@]}" &
+fi
 pid=$!
 trap 'kill -TERM -- "-$pid" 2>/dev/null' INT TERM
 wait "$pid"

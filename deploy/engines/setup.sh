@@ -59,16 +59,16 @@ MODULE=github.com/apache/beam/sdks/v2
 log() { echo "setup.sh: $*" >&2; }
 
 case "$ENGINE" in
-  prism|spark) ;;
+  prism|spark|worker) ;;
   flink) log "$ENGINE: not set up by this script yet (issue 39, a later part)"; exit 2 ;;
-  *) log "unknown engine '$ENGINE' (known: prism, spark)"; exit 2 ;;
+  *) log "unknown engine '$ENGINE' (known: prism, spark, worker)"; exit 2 ;;
 esac
 
+PY=${BEAM_PYTHON:-}
+if [ -z "$PY" ]; then
+  if [ -x "$REPO/.venv/bin/python" ]; then PY="$REPO/.venv/bin/python"; else PY=python3; fi
+fi
 if [ -z "${BEAM_VERSION:-}" ]; then
-  PY=${BEAM_PYTHON:-}
-  if [ -z "$PY" ]; then
-    if [ -x "$REPO/.venv/bin/python" ]; then PY="$REPO/.venv/bin/python"; else PY=python3; fi
-  fi
   BEAM_VERSION=$("$PY" -c 'import importlib.metadata as m; print(m.version("apache-beam"))') ||
     { log "$PY has no apache-beam installed"; exit 1; }
 fi
@@ -130,14 +130,99 @@ build_matching() {
   return 1
 }
 
+# ------------------------------------------------------------------- the workers' image
+# What a Dataflow worker starts from, made once: Beam's Python SDK container has the SDK
+# (apache-beam[gcp]) installed, pinned by the container's base_image_requirements.txt, and its
+# boot makes a fresh venv over it for each worker, into which it pip-installs what the job
+# staged. Here:
+#   $ENGINES_CACHE/worker-image/pyX.Y-beamV/        a venv: apache-beam[gcp]==V and its
+#       dependencies, pip, setuptools, wheel, each at the version Beam V's pyXY container pins
+#       (python/container/pyXY/base_image_requirements.txt of the Go module boot is built
+#       from, as constraints; only Beam's own dependency closure, not the container's 208
+#       packages). worker.sh puts it under each worker's fresh venv (a .pth: what the
+#       container's site-packages are under boot's --system-site-packages venv).
+#   $ENGINES_CACHE/worker-image/pyX.Y-beamV-wheels/ wheels of what the project's setup.py needs
+#       on top of the image, as a worker's pip would resolve it there (pip install --dry-run
+#       --report in a worker-like venv), so that boot's pip installs offline (PIP_NO_INDEX,
+#       PIP_FIND_LINKS) instead of downloading tensorflow at every worker start. Made again
+#       when setup.py changes (.for-SHA stamps); convert-on.sh runs `setup.sh worker` for that.
+worker_image() {
+  local pyv pyxy image wheels sha constraints dir probe site
+  pyv=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  pyxy=${pyv/./}
+  image="$ENGINES_CACHE/worker-image/py$pyv-beam$BEAM_VERSION"
+  wheels="$image-wheels"
+  sha=$(sha256sum "$REPO/setup.py" | cut -c1-16)
+  if [ -f "$image/.complete" ] && [ -f "$wheels/.for-$sha" ]; then
+    log "worker image py$pyv Beam $BEAM_VERSION: already there ($image; wheels for setup.py $sha)"
+    echo "$image"
+    return 0
+  fi
+  mkdir -p "$ENGINES_CACHE/worker-image"
+  exec 9>"$ENGINES_CACHE/worker-image/.lock"
+  flock 9   # convert-on.sh runs may call this at once
+  if [ ! -f "$image/.complete" ]; then
+    dir=$(go mod download -json "$MODULE@v$BEAM_VERSION" 2>/dev/null |
+          "$PY" -c 'import json, sys; print(json.load(sys.stdin).get("Dir", ""))') || dir=""
+    constraints="$dir/python/container/py$pyxy/base_image_requirements.txt"
+    [ -f "$constraints" ] || { log "worker image: no $constraints (Beam $BEAM_VERSION's py$pyxy container pins)"; return 1; }
+    log "worker image: venv + pip install apache-beam[gcp]==$BEAM_VERSION pip setuptools wheel -c $constraints ..."
+    local t0=$SECONDS
+    rm -rf "$image"
+    "$PY" -m venv "$image" >&2
+    if ! "$image/bin/python" -m pip install --quiet --disable-pip-version-check -c "$constraints" \
+         "apache-beam[gcp]==$BEAM_VERSION" pip setuptools wheel >&2; then
+      rm -rf "$image"; log "worker image: pip install FAILED"; return 1
+    fi
+    touch "$image/.complete"
+    log "worker image: made in $((SECONDS - t0)) s -> $image ($(du -sh "$image" | cut -f1))"
+  fi
+  if [ ! -f "$wheels/.for-$sha" ]; then
+    local t0=$SECONDS
+    log "worker wheels: what setup.py ($sha) needs over the image, as a worker's pip resolves it ..."
+    probe=$(mktemp -d "$ENGINES_CACHE/worker-image/.probe.XXXXXX")
+    "$image/bin/python" -m venv --without-pip "$probe/venv"
+    site=$("$probe/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+    "$image/bin/python" -c 'import sys, sysconfig; print("import site; site.addsitedir(%r)" % sysconfig.get_path("purelib"))' \
+      > "$site/00-beam-worker-image.pth"
+    if ! (cd "$probe" && "$probe/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+            --no-build-isolation --dry-run --report "$probe/report.json" "$REPO" >&2); then
+      rm -rf "$probe"; log "worker wheels: pip install --dry-run of $REPO FAILED"; return 1
+    fi
+    "$PY" -c '
+import json, sys
+for item in json.load(open(sys.argv[1]))["install"]:
+  meta = item["metadata"]
+  if meta["name"].lower().replace("_", "-") != "beam-tfrecord":
+    print("%s==%s" % (meta["name"], meta["version"]))' "$probe/report.json" > "$probe/pins.txt"
+    log "worker wheels: $(wc -l < "$probe/pins.txt") packages over the image: $(tr '\n' ' ' < "$probe/pins.txt" | cut -c1-300)"
+    mkdir -p "$wheels"
+    if ! "$image/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps \
+         -w "$wheels" -r "$probe/pins.txt" >&2; then
+      rm -rf "$probe"; log "worker wheels: pip wheel FAILED"; return 1
+    fi
+    cp "$probe/pins.txt" "$wheels/.for-$sha"
+    rm -rf "$probe"
+    log "worker wheels: in $((SECONDS - t0)) s -> $wheels ($(du -sh "$wheels" | cut -f1))"
+  fi
+  echo "$image"
+}
+
+if [ "$ENGINE" = worker ]; then
+  worker_image
+  exit 0
+fi
+
 if [ "$ENGINE" = prism ]; then
   build_matching prism "$MODULE/go/cmd/prism" prism
   build_matching python-boot "$MODULE/python/container" boot
+  worker_image
   exit 0
 fi
 
 # ---------------------------------------------------------------------------------- spark
 build_matching python-boot "$MODULE/python/container" boot
+worker_image
 
 SPARK_VERSION=${SPARK_VERSION:-3.5.0}
 SPARK_CACHE="$ENGINES_CACHE/spark"

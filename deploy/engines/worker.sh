@@ -6,26 +6,40 @@
 # and artifact endpoints and the pipeline options, installs what the job staged, and starts
 # `python -m apache_beam.runners.worker.sdk_worker_main` in a process of its own.
 #
+# The worker's Python is what a Dataflow worker gets: Beam's boot, unless
+# RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT is set, makes a fresh venv for each worker
+# (`python -m venv --system-site-packages /opt/apache/beam-venv/beam-venv-worker-ID` over the
+# SDK container's Python, which has apache-beam installed) and pip-installs into it what the
+# job staged: the SDK if staged, requirements.txt (--requirements_file), extra_packages.txt
+# (--extra_package), workflow.tar.gz (--setup_file's sdist). Here there is no container, and
+# boot's venv would sit over this machine's Python (whatever its site-packages hold), so
+# worker.sh makes that venv itself and has boot install into it (RUN_PYTHON_SDK_IN_DEFAULT_
+# ENVIRONMENT=1 then means "use the python on PATH": this venv):
+#   - a fresh venv in the worker's own folder, `--without-pip`, no --system-site-packages;
+#   - under it, the worker image setup.sh made (BEAM_WORKER_IMAGE: apache-beam[gcp] at the
+#     SDK's version, pinned as Beam's container pins it), through a .pth that adds the image's
+#     site-packages after the venv's own: what the container's site-packages are to boot's
+#     --system-site-packages venv (pip sees the image's packages as installed, and installs
+#     anything else, or another version, into the venv; the image is never written to);
+#   - pip offline: PIP_NO_INDEX=1 and PIP_FIND_LINKS=BEAM_WORKER_WHEELS, the wheels setup.sh
+#     resolved for setup.py over the image, so a worker start does not download tensorflow
+#     (boot passes --no-cache-dir); PIP_NO_COMPILE=1 (modules compile as they are imported).
+#   - nothing of the launcher: PYTHONPATH, PYTHONHOME and VIRTUAL_ENV are dropped, and the
+#     worker starts in its own folder. beam-tfrecord and its dependencies are in the venv only
+#     if the job staged them (convert-on.sh passes --setup_file); a dependency missing from
+#     setup.py is missing here, as on Dataflow.
+#
 # Environment (convert-on.sh sets it through the environment config's "env"):
 #   BEAM_BOOT            the boot binary (default: setup.sh's, for the SDK's version)
-#   BEAM_WORKER_PYTHON   the Python the harness runs with: its bin/ goes first on PATH, where
-#                        boot looks for `python`.
-#   BEAM_WORKER_TMP      where each worker's semi-persistent folder is made (default TMPDIR)
-#
-# KNOWN GAP (issue 39, item 2): for now the worker Python is the project's own venv
-# (beam-tfrecord installed in it), and RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1 makes boot use
-# it as it is, instead of a fresh virtualenv made from what the job stages (--setup_file /
-# --requirements_file / a wheel) as on Dataflow. A dependency missing from setup.py does not
-# fail here yet. Do not add --setup_file while this holds: boot would pip-install the staged
-# package into that venv.
+#   BEAM_WORKER_IMAGE    the worker image (a venv setup.sh made)
+#   BEAM_WORKER_WHEELS   the wheels folder boot's pip installs from (offline); unset: PyPI
+#   BEAM_WORKER_TMP      where each worker's folder (staged files, venv) is made (default TMPDIR)
 set -euo pipefail
 
-: "${BEAM_WORKER_PYTHON:?BEAM_WORKER_PYTHON must name the python of the workers}"
+: "${BEAM_WORKER_IMAGE:?BEAM_WORKER_IMAGE must name the worker image (setup.sh worker)}"
 : "${BEAM_BOOT:?BEAM_BOOT must name the Python SDK boot binary, built by setup.sh}"
+[ -f "$BEAM_WORKER_IMAGE/.complete" ] || { echo "worker.sh: no worker image at $BEAM_WORKER_IMAGE: run bash deploy/engines/setup.sh worker" >&2; exit 1; }
 
-PATH="$(dirname "$BEAM_WORKER_PYTHON"):$PATH"
-export PATH
-export RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1
 # boot's own default is /tmp (staged files in /tmp/staged, shared by every worker and job):
 # one folder per worker instead, inside BEAM_WORKER_TMP (convert-on.sh removes it at the end).
 # exec: the runner stops a worker by killing this process, which must then be boot itself.
@@ -40,6 +54,18 @@ for a in "$@"; do
   args+=("$a")
 done
 semi=$(mktemp -d "${BEAM_WORKER_TMP:-${TMPDIR:-/tmp}}/worker.XXXXXX")
+unset PYTHONPATH PYTHONHOME VIRTUAL_ENV PYTHONSTARTUP PYTHONUSERBASE PYTHON_PATH
+export PYTHONNOUSERSITE=1
+"$BEAM_WORKER_IMAGE/bin/python" -m venv --without-pip "$semi/venv"
+"$BEAM_WORKER_IMAGE/bin/python" -c '
+import sys, sysconfig
+print("import site; site.addsitedir(%r)" % sysconfig.get_path("purelib"))' \
+  > "$("$semi/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/00-beam-worker-image.pth"
+export VIRTUAL_ENV="$semi/venv" PATH="$semi/venv/bin:$PATH"
+export RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1 PIP_NO_COMPILE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+if [ -n "${BEAM_WORKER_WHEELS:-}" ]; then
+  export PIP_NO_INDEX=1 PIP_FIND_LINKS="$BEAM_WORKER_WHEELS"
+fi
 # boot writes pipeline_options.json into its working directory (which Prism leaves as the
 # launcher's: a stray file in the user's folder), and a worker on Dataflow does not start in
 # the launcher's folder either (a relative path that only works there should fail here too).

@@ -102,6 +102,8 @@ def environment(tree: Path) -> Dict[str, str]:
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   if tree != REPO:
     env["PYTHONPATH"] = str(tree) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    # PROCESS workers install what the job stages: that checkout's package, not this one's
+    env["BEAM_TFRECORD_SETUP_FILE"] = str(tree / "setup.py")
   return env
 
 

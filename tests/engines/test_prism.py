@@ -60,8 +60,8 @@ def inputs(tmp_path_factory):
 def test_prism_gives_the_direct_runners_bytes(inputs, tmp_path, monkeypatch):
   """COCO with masks, VOC and YOLO, each on Prism (PROCESS workers) and on the default runner;
   the three Prism jobs run at once (each starts its own Prism: start-up dominates)."""
-  # the workers run with this interpreter (the known gap of convert-on.sh: not a virtualenv
-  # made from what the job stages)
+  # the launcher runs with this interpreter; the workers install what the job stages (the
+  # project's sdist) in fresh venvs over the worker image (worker.sh)
   monkeypatch.setenv("BEAM_TFRECORD_PYTHON", sys.executable)
   monkeypatch.setenv("PRISM", str(PRISM))
   monkeypatch.setenv("BEAM_BOOT", str(BOOT))

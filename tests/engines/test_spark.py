@@ -106,8 +106,8 @@ def test_spark_gives_the_direct_runners_bytes(inputs, tmp_path, monkeypatch):
   """COCO with masks, VOC and YOLO, each on the Spark cluster (PROCESS workers) and on the
   default runner. The Spark jobs run one after the other (the first to start would hold both
   workers' cores), beside the default runner's."""
-  # the workers run with this interpreter (the known gap of convert-on.sh: not a virtualenv
-  # made from what the job stages)
+  # the launcher runs with this interpreter; the workers install what the job stages (the
+  # project's sdist) in fresh venvs over the worker image (worker.sh)
   monkeypatch.setenv("BEAM_TFRECORD_PYTHON", sys.executable)
   completed = {a.get("id") for a in _master().get("completedapps", [])}
   spark = {}
