@@ -133,7 +133,11 @@ class ErrorRecord:
 
 
 class InputError(Exception):
-  """A problem with one input that should become an ErrorRecord, not a crash."""
+  """A problem with one input that should become an ErrorRecord, not a crash.
+
+  Steps that also report what they did not foresee (`except Exception`) let an ImportError
+  through: a package missing from a worker is the environment's, every element would fail
+  alike, and as records the run could exit 0 with those inputs gone (issue 39)."""
 
   def __init__(self, stage: str, reason: str, message: str):
     super().__init__(f"{reason}: {message}")

@@ -40,3 +40,20 @@ def test_a_conversion_without_pycocotools_fails_on_the_direct_runner(tmp_path):
   assert done.returncode != 0, done.stderr[-3000:]
   assert "pycocotools" in done.stderr, done.stderr[-3000:]
   assert not output.exists() or not list(output.glob("*.tfrecord")), sorted(output.rglob("*"))
+
+
+# A source's parse step catches what it did not foresee and reports it as the file's or the
+# image's error; an ImportError there is the worker's environment too (VOC's and CVAT's XML
+# parser is defusedxml, imported where the first XML is parsed).
+BLOCKED_XML = BLOCKED.replace("'pycocotools'", "'defusedxml'")
+
+
+@pytest.mark.e2e
+def test_a_source_without_its_parser_fails_on_the_direct_runner(dataset, tmp_path):
+  output = tmp_path / "out"
+  done = run_python(["-c", BLOCKED_XML, "convert", "--format=voc", *dataset.inputs("voc"),
+                     f"--output={output}"], timeout=300)
+  assert done.returncode != 0, done.stderr[-3000:]
+  assert "defusedxml" in done.stderr, done.stderr[-3000:]
+  assert "unexpected_error" not in done.stderr, done.stderr[-3000:]
+  assert not output.exists() or not list(output.glob("*.tfrecord")), sorted(output.rglob("*"))

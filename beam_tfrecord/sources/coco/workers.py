@@ -146,6 +146,8 @@ class _ParseSection(beam.DoFn):
       if section == "images" or f"`{section}`" in e.message:
         yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level="file"))
       return
+    except ImportError:  # a package missing from the worker: the job fails (model.py)
+      raise
     except Exception as e:  # ijson's syntax errors, an unreadable file
       streaming_error = _first_line(e)
     # every section's task meets a broken file: the one whose section it broke in says so
@@ -302,6 +304,8 @@ class _JoinFile(_ParseSection):
     except InputError as e:  # not an object: said once
       yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level="file"))
       return
+    except ImportError:  # a package missing from the worker: the job fails (model.py)
+      raise
     except Exception as e:  # ijson's syntax errors, an unreadable file
       streaming_error = _first_line(e)
     for _, error in bad:  # a section that is not an array

@@ -28,6 +28,8 @@ class _PlanFile(beam.DoFn):
     except InputError as e:
       yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level="file"))
       return
+    except ImportError:  # a package missing from the worker: the job fails (model.py)
+      raise
     except Exception as e:  # unreadable: report it, never kill the job
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
           source=uri, stage="read", reason="unreadable", key=uri, level="file",
@@ -64,6 +66,8 @@ class _ReadRange(beam.DoFn):
           elif item[0] == "error":  # an image's rejection names it; the others the file
             _, error, level, key = item
             yield beam.pvalue.TaggedOutput("errors", error.record(uri, key or uri, level=level))
+    except ImportError:  # a package missing from the worker: the job fails (model.py)
+      raise
     except Exception as e:  # unforeseen: report it, never kill the job
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
           source=uri, stage="parse", reason="unexpected_error", key=uri, level="file",

@@ -66,6 +66,8 @@ class _ReadRange(beam.DoFn):
       doc = load_line(line)
       row = parse_data_row(doc, self.include_masks, uri)
       key, image_uri = locate(row, image_root, self.allow_absolute, self.follow_symlinks)
+    except ImportError:  # a package missing from the worker: the job fails (model.py)
+      raise
     except Exception as e:  # the line's image is lost; a line that names no row: the file
       if not isinstance(e, InputError):  # unforeseen: report it, never kill the job
         e = InputError("parse", "unexpected_error", f"{type(e).__name__}: {e}")

@@ -69,6 +69,8 @@ class _ParseJson(beam.DoFn):
   def process(self, task):
     try:
       yield from self._parse(task)
+    except ImportError:  # a package missing from the worker: the job fails (model.py)
+      raise
     except Exception as e:  # unforeseen: report it, never kill the job
       uri = paths.join(task[1], task[3])
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
@@ -86,6 +88,8 @@ class _ParseJson(beam.DoFn):
       level = "file" if e.reason == "not_labelme" else "image"
       yield beam.pvalue.TaggedOutput("errors", e.record(uri, uri, level=level))
       return
+    except ImportError:  # a package missing from the worker: the job fails (model.py)
+      raise
     except Exception as e:  # unreadable (permissions, network): report, never kill the job
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
           source=uri, stage="read", reason="unreadable", key=uri, level="image",

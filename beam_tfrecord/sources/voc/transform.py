@@ -52,6 +52,8 @@ class _ParseXml(beam.DoFn):
     except InputError as e:
       yield beam.pvalue.TaggedOutput("errors", e.record(uri, filename or uri))
       return
+    except ImportError:  # a package missing from the worker: the job fails (model.py)
+      raise
     except Exception as e:  # unforeseen: report it, never kill the job
       yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
           source=uri, stage="parse", reason="unexpected_error", key=filename or uri,

@@ -66,6 +66,8 @@ class _ReadLabels(beam.DoFn):
       except InputError as e:  # a FIFO or a directory in its place (not_a_file), too large
         yield beam.pvalue.TaggedOutput("errors", e.record(label, key, level="image"))
         return
+      except ImportError:  # a package missing from the worker: the job fails (model.py)
+        raise
       except Exception as e:  # unreadable or not text: the image's objects are unknown
         yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
             source=label, stage="parse", reason="unreadable_label", key=key, level="image",
