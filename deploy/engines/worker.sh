@@ -66,6 +66,30 @@ export RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1 PIP_NO_COMPILE=1 PIP_DISABLE_PIP_
 if [ -n "${BEAM_WORKER_WHEELS:-}" ]; then
   export PIP_NO_INDEX=1 PIP_FIND_LINKS="$BEAM_WORKER_WHEELS"
 fi
+# A watchdog beside boot (which takes this process's pid by exec). An SDK worker must not
+# outlive what started it: when a Spark executor JVM dies (kill -9, a lost executor), its
+# boot is orphaned, sees its harness lose the control channel, and restarts it (up to 4
+# times, each waiting for an endpoint that is gone). So: when boot's parent changes (the
+# runner's process died), boot gets SIGTERM (it forwards it to its harness process groups);
+# and when boot itself is gone (a runner that ends it with SIGKILL), the harness process groups
+# it had get SIGTERM, then SIGKILL.
+parent=$PPID self=$$
+(
+  trap '' HUP INT
+  ppid_of() { local stat; stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; stat=${stat##*) }; set -- $stat; echo "$2"; }
+  kids="" told=0
+  while [ -d "/proc/$self" ]; do
+    now=$(ppid_of "$self") || break
+    if [ "$now" != "$parent" ] && [ $told -lt 2 ]; then
+      kill -TERM "$self" 2>/dev/null; told=$((told + 1))
+    fi
+    kids=$(pgrep -P "$self" 2>/dev/null | tr '\n' ' ') || true
+    sleep 2
+  done
+  for k in $kids; do kill -TERM -- "-$k" 2>/dev/null; done
+  sleep 5
+  for k in $kids; do kill -KILL -- "-$k" 2>/dev/null; done
+) </dev/null >/dev/null 2>&1 &
 # boot writes pipeline_options.json into its working directory (which Prism leaves as the
 # launcher's: a stray file in the user's folder), and a worker on Dataflow does not start in
 # the launcher's folder either (a relative path that only works there should fail here too).
