@@ -9,6 +9,7 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 import apache_beam as beam
 
 from beam_tfrecord import schemas
+from beam_tfrecord.runners import in_process, local_cores, local_runner
 from beam_tfrecord import config as configs
 from beam_tfrecord.config import ConvertConfig
 from beam_tfrecord.errors import UsageError
@@ -39,26 +40,6 @@ from beam_tfrecord.write.transform import (Indexing, WriteShards,
 coders.register(ImageAnnotation)
 
 
-# Runners that run the whole pipeline in this process, one stage at a time (the CLI's
-# default, and what the DirectRunner falls back to offline).
-IN_PROCESS_RUNNERS = ("FnApiRunner", "DirectRunner", "SwitchingDirectRunner")
-
-
-def local_runner(root) -> bool:
-  """True on Beam's local runners, in any mode: every worker runs on this machine (local disk
-  is shared), and the runner holds what a shuffle groups in memory, so annotation files are
-  joined and the shard order partitioned through spill files on disk instead."""
-  return type(root.runner).__name__ in IN_PROCESS_RUNNERS
-
-
-def in_process(root) -> bool:
-  """True when the pipeline runs on the in-process local runner in its in_memory mode: one
-  stage at a time, on one thread, so that a shuffle only costs and never spreads work."""
-  from apache_beam.options.pipeline_options import DirectOptions
-  return (type(root.runner).__name__ in IN_PROCESS_RUNNERS and
-          root.options.view_as(DirectOptions).direct_running_mode == "in_memory")
-
-
 def writer_processes(root, config: ConvertConfig) -> Tuple[int, int]:
   """(processes that write shards, fewest images per process): --writer-processes N is used
   as given; by default one per core on the in-process local runner in its in_memory mode (it
@@ -66,10 +47,9 @@ def writer_processes(root, config: ConvertConfig) -> Tuple[int, int]:
   distributed runners and Beam's multi-worker modes spread shards over their own workers."""
   if config.writer_processes:
     return config.writer_processes, 0
-  from beam_tfrecord.write.shard_writer import (MIN_IMAGES_PER_PROCESS,
-                                                local_processes)
+  from beam_tfrecord.write.shard_writer import MIN_IMAGES_PER_PROCESS
   if in_process(root):
-    return local_processes(), MIN_IMAGES_PER_PROCESS
+    return local_cores(), MIN_IMAGES_PER_PROCESS
   return 1, 0
 
 

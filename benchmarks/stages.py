@@ -187,7 +187,7 @@ FRAME_STAGES: Tuple[Tuple[str, Optional[str]], ...] = (
     # frame and write: TFRecord framing and CRC32C (records/tfrecord.py), the shard writer's
     # loop and file writes (write/shard_writer.write_shard: its own lines), the shard's
     # progress counter, the shard index (--plan-from, --incremental), the DoFn that hands
-    # shards to writer processes and the writer processes' task loop (serve)
+    # shards to writer processes
     ("ShardCounter.", WRITE),
     ("(beam_tfrecord/records/tfrecord.py", WRITE),
     ("(beam_tfrecord/write/shard_writer.py", WRITE),
@@ -216,6 +216,9 @@ FRAME_STAGES: Tuple[Tuple[str, Optional[str]], ...] = (
     ("(beam_tfrecord/cli/", OTHER),
     ("(beam_tfrecord/config.py", OTHER),
     ("(beam_tfrecord/storage/progress.py", OTHER),
+    # worker processes' task loops and the pipes to them (storage/processes: the shard
+    # writers, the COCO join's partitions): pickled tasks and answers
+    ("(beam_tfrecord/storage/processes.py", OTHER),
     # helpers: charged to their caller
     ("(beam_tfrecord/storage/spill.py", None),
     ("(beam_tfrecord/storage/paths.py", None),

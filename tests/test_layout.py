@@ -25,6 +25,9 @@ MUST_STAY_BEAM_FREE = [
     "beam_tfrecord.write.shard_writer", "beam_tfrecord.write.encode", "beam_tfrecord.schemas",
     "beam_tfrecord.finalize.output", "beam_tfrecord.readback.reader",
     "beam_tfrecord.readback.verify", "beam_tfrecord.readback.stats", "beam_tfrecord.readback.show",
+    # the worker processes of the COCO join (storage/processes serves them)
+    "beam_tfrecord.runners", "beam_tfrecord.storage.processes",
+    "beam_tfrecord.sources.coco.join_pool",
 ]
 
 
@@ -44,11 +47,12 @@ def beam_free_modules() -> List[str]:
 
 # The stages in the order data flows through them (docs/architecture.md, "Stages"): a module
 # imports from its own stage or an earlier one, never a later one. The base (the package root,
-# errors, reasons) comes first; the commands that wire the stages (config, pipeline, cli/,
+# errors, reasons, runners: which runner runs the pipeline) comes first; the commands that wire the stages (config, pipeline, cli/,
 # reader, sample) come last and may import any stage.
 STAGES = ["base", "records", "storage", "schemas", "sources", "prepare", "plan", "write",
           "finalize", "readback", "commands"]
-BASE = {"beam_tfrecord", "beam_tfrecord.errors", "beam_tfrecord.reasons"}
+BASE = {"beam_tfrecord", "beam_tfrecord.errors", "beam_tfrecord.reasons",
+        "beam_tfrecord.runners"}
 
 
 def stage_of(module: str) -> str:

@@ -11,17 +11,11 @@ encoder only (0.4 s), where `import apache_beam` alone took 3.8 s on this machin
 """
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import functools
 import hashlib
 import os
-import pickle
-import queue
 import stat
-import subprocess
-import sys
-import threading
 import uuid
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -30,7 +24,7 @@ from beam_tfrecord.plan import naming, runs
 from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.records.tfrecord import framing
-from beam_tfrecord.storage import paths
+from beam_tfrecord.storage import paths, processes
 from beam_tfrecord.storage.layout import kill_point
 from beam_tfrecord.storage.prefetch import prefetch
 from beam_tfrecord.write import contents as content_digests
@@ -473,128 +467,14 @@ def processes_for(limit: int, images: int, shards: int, min_images: int) -> int:
   return max(1, min(limit, shards))
 
 
-def local_processes() -> int:
-  """Writer processes for the in-process local runner: one per core the process may use."""
-  try:
-    return len(os.sched_getaffinity(0))
-  except AttributeError:  # not Linux
-    return os.cpu_count() or 1
+class WriterPool(processes.Pool):
+  """Shard writer processes (storage/processes.Pool): `submit` hands a ShardTask to the next
+  free one, which answers write_shard(task)."""
 
+  def __init__(self, count: int):
+    super().__init__(count, "beam_tfrecord.write.shard_writer:write_shard")
 
-class WriterDied(RuntimeError):
-  """A shard writer process ended without answering (killed, out of memory)."""
-
-
-class WriterPool:
-  """Shard writer processes: `submit` hands a ShardTask to the next free one.
-
-  Each writer is a plain `python -c` process that imports this module only (0.3 s) and reads
-  pickled tasks from its stdin, answering on a pipe of its own (its stdout and stderr stay the
-  user's). concurrent.futures.ProcessPoolExecutor was measured first: its workers re-import
-  the main module (`beam-tfrecord` imports Beam: +2.5 s per run), fail when that is `<stdin>`,
-  and outlive a SIGKILLed run. A writer here sees EOF on stdin when the run's process is gone,
-  finishes its shard and exits.
-  """
-
-  def __init__(self, processes: int):
-    # submit waits while `processes` tasks are queued: a task holds its shard's annotations,
-    # and queueing every shard at once kept all of them alive (+50 MB at 20,000 images)
-    self._tasks: "queue.Queue" = queue.Queue(maxsize=processes)
-    self._threads = [threading.Thread(target=self._feed, name=f"shard-writer-{i}", daemon=True)
-                     for i in range(processes)]
-    for thread in self._threads:
-      thread.start()
-
-  def submit(self, task: ShardTask) -> "concurrent.futures.Future[ShardResult]":
-    future: concurrent.futures.Future = concurrent.futures.Future()
-    self._tasks.put((task, future))
-    return future
-
-  def shutdown(self) -> None:
-    for _ in self._threads:
-      self._tasks.put(None)
-    for thread in self._threads:
-      thread.join()
-
-  def _feed(self) -> None:
-    """One writer process's thread: start it on the first task, pass it tasks until shutdown."""
-    proc, answers = None, None
-    try:
-      while True:
-        item = self._tasks.get()
-        if item is None:
-          return
-        task, future = item
-        if not future.set_running_or_notify_cancel():
-          continue
-        try:
-          if proc is None:
-            proc, answers = _start_writer()
-          pickle.dump(task, proc.stdin, pickle.HIGHEST_PROTOCOL)
-          proc.stdin.flush()
-          ok, value = pickle.load(answers)
-        except (EOFError, OSError, pickle.UnpicklingError) as e:
-          code = proc.poll() if proc is not None else None
-          future.set_exception(WriterDied(
-              f"a shard writer process died (exit code {code}: killed, or out of memory? try "
-              f"fewer --writer-processes) while writing {task.split} shard {task.shard}: "
-              f"{type(e).__name__}"))
-          if proc is not None:  # reap it and close its pipes; the next task starts a new one
-            _stop_writer(proc, answers, kill=True)
-          proc = None
-          continue
-        if ok:
-          future.set_result(value)
-        else:
-          future.set_exception(value)
-    finally:
-      if proc is not None:
-        _stop_writer(proc, answers)
-
-
-def _stop_writer(proc: subprocess.Popen, answers, kill: bool = False) -> None:
-  for closing in (proc.stdin, answers):
-    try:
-      closing.close()
-    except OSError:  # the pipe of a dead writer
-      pass
-  if kill:
-    proc.kill()
-  proc.wait()
-
-
-def _start_writer():
-  """A writer process and the file its answers come from."""
-  read_fd, write_fd = os.pipe()
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-  try:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from beam_tfrecord.write.shard_writer import serve; "
-         "serve(int(sys.argv[1]))", str(write_fd)],
-        stdin=subprocess.PIPE, pass_fds=(write_fd,), env=env)
-  finally:
-    os.close(write_fd)
-  return proc, os.fdopen(read_fd, "rb")
-
-
-def serve(answer_fd: int) -> None:
-  """A writer process's loop: ShardTasks from stdin, (ok, ShardResult or exception) to
-  `answer_fd`, until stdin ends."""
-  import gc
-  gc.freeze()  # the imports are never garbage: collections need not walk them again
-  answers = os.fdopen(answer_fd, "wb")
-  while True:
-    try:
-      task = pickle.load(sys.stdin.buffer)
-    except EOFError:
-      return
-    try:
-      answer = (True, write_shard(task))
-    except Exception as e:  # raised in the caller, as it would be without writer processes
-      answer = (False, e)
-    try:
-      data = pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
-    except Exception:  # an exception that does not pickle
-      data = pickle.dumps((False, RuntimeError(f"{type(answer[1]).__name__}: {answer[1]}")))
-    answers.write(data)
-    answers.flush()
+  def died(self, task: ShardTask, code) -> processes.ProcessDied:
+    return processes.ProcessDied(
+        f"a shard writer process died (exit code {code}: killed, or out of memory? try fewer "
+        f"--writer-processes) while writing {task.split} shard {task.shard}")

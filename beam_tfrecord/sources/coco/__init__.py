@@ -71,14 +71,19 @@ def possible_splits(config) -> Optional[set]:
 
 
 def read(root, config, *, first_id: int, local: bool) -> Tuple[Any, List[str]]:
-  """(SourceOutput, split names): ReadCoco over every input, joined in one worker when local."""
+  """(SourceOutput, split names): ReadCoco over every input, joined in one worker when local;
+  on the in-process runner with a core to spare, a large file's partitions are joined by a
+  worker process (join_pool) while the runner's thread goes on with what was joined."""
+  from beam_tfrecord import runners
   from beam_tfrecord.sources.coco.transform import ReadCoco
   inputs = config.file_inputs()
+  join_processes = 1 if local and runners.in_process(root) and runners.local_cores() > 1 else 0
   return (root | "ReadCoco" >> ReadCoco(inputs, config.allow_absolute_paths,
                                         config.follow_symlinks,
                                         drop_background=not config.label_map,
                                         include_masks=config.include_masks,
-                                        join_in_worker=local),
+                                        join_in_worker=local,
+                                        join_processes=join_processes),
           sorted({s for s, _, _ in inputs if s}))
 
 

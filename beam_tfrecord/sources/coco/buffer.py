@@ -131,6 +131,22 @@ class _JoinBuffer:
         objects.setdefault(image_id, []).append(chunk)
     return images, objects
 
+  def spilled(self) -> Tuple[str, int, frozenset]:
+    """Everything to the spill files; (their folder, partitions, the spill's files) for
+    reading(): the join's worker processes read the partitions from there."""
+    self.flush()
+    return self.spill.directory, self.partitions, frozenset(self.spill.written)
+
+  @classmethod
+  def reading(cls, directory: str, partitions: int, written: frozenset) -> "_JoinBuffer":
+    """A buffer over another's spilled() files, for partition(): it holds nothing itself and
+    its close() leaves the files to their owner."""
+    from beam_tfrecord.storage.spill import Spill
+    buffer = cls(partitions, 0)
+    buffer.spill = Spill(3 * partitions, directory=directory, prefix="coco")
+    buffer.spill.written = set(written)
+    return buffer
+
   def close(self) -> None:
     if self.spill is not None:
       self.spill.close()

@@ -4,9 +4,7 @@ id 0 comes to without --label-map."""
 from __future__ import annotations
 
 import operator
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
-
-import apache_beam as beam
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from beam_tfrecord.records import keypoints, plain
 from beam_tfrecord.records.keypoints import KeypointLayout
@@ -47,8 +45,17 @@ def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: 
     objects.extend(chunk)
     if images and len(objects) > MAX_OBJECTS_PER_IMAGE:  # collected no further
       break
-  return join_found(uri, image_id, images, objects, categories, allow_absolute,
-                    follow_symlinks, layouts)
+  return tagged(join_found(uri, image_id, images, objects, categories, allow_absolute,
+                           follow_symlinks, layouts))
+
+
+def tagged(outputs: Iterable) -> Iterator:
+  """join_found's outputs as a DoFn gives them: its ErrorRecords to the "errors" output.
+  Beam is imported here only: join_found also runs in the join's worker processes
+  (sources/coco/join_pool), which import no Beam."""
+  from apache_beam.pvalue import TaggedOutput
+  for out in outputs:
+    yield TaggedOutput("errors", out) if type(out) is ErrorRecord else out
 
 
 def join_found(uri: str, image_id: int, images: List[Tuple], objects: List[Tuple],
@@ -56,33 +63,35 @@ def join_found(uri: str, image_id: int, images: List[Tuple], objects: List[Tuple
                follow_symlinks: bool = False,
                layouts: Optional[Dict[str, KeypointLayout]] = None):
   """join_image of one image's entries (split, image_root, file_name, width, height) and its
-  object chunks, as _JoinFile finds them (no grouped element to build per image)."""
+  object chunks, as _JoinFile finds them (no grouped element to build per image): the
+  ImageAnnotation, or ErrorRecords (the caller tags them; Beam-free, for the join's worker
+  processes, sources/coco/join_pool)."""
   if len(objects) > MAX_OBJECTS_PER_IMAGE and images:
-    yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+    yield ErrorRecord(
         source=_image_source(uri, image_id), stage="parse", reason="too_many_objects",
         key=str(images[0][2]), level="image",
         message=f"image id {image_id} has more than {MAX_OBJECTS_PER_IMAGE:,} annotations, "
-        "the most one image may have: the image is not converted"))
+        "the most one image may have: the image is not converted")
     return
   if not images:
     for index, *_ in sorted(objects, key=lambda o: o[0]):  # one record per lost object
-      yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+      yield ErrorRecord(
           source=f"{uri}#annotations[{index}]", stage="parse", reason="unknown_image_id",
           key=uri, level="object", message=f"the annotation refers to image id {image_id}, "
-          "which is not in `images`"))
+          "which is not in `images`")
     return
   split, image_root, file_name, width, height = (images[0] if len(images) == 1 else
                                                  min(images, key=repr))
   if len(images) > 1:
-    yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+    yield ErrorRecord(
         source=_image_source(uri, image_id), stage="parse", reason="duplicate_image_id",
         key=str(file_name), level="warning",
-        message=f"image id {image_id} appears {len(images)} times; the first is used"))
+        message=f"image id {image_id} appears {len(images)} times; the first is used")
   try:
     key, image_uri, size = paths.resolve_sized(image_root, file_name, allow_absolute,
                                                follow_symlinks)
   except InputError as e:
-    yield beam.pvalue.TaggedOutput("errors", e.record(_image_source(uri, image_id), file_name))
+    yield e.record(_image_source(uri, image_id), file_name)
     return
   objs: List[ObjectAnnotation] = []
   if len(objects) > 1:
@@ -91,19 +100,18 @@ def join_found(uri: str, image_id: int, images: List[Tuple], objects: List[Tuple
   for _, category_id, box, is_crowd, area, ann_id, segmentation, *more in objects:
     name = categories.get((uri, category_id))
     if name is None:
-      yield beam.pvalue.TaggedOutput("errors", ErrorRecord(
+      yield ErrorRecord(
           source=_image_source(uri, image_id), stage="parse", reason="unknown_category_id",
           key=key, level="object",
           message=f"annotation of {file_name!r} has category_id {category_id}, "
-          "which is not in `categories`"))
+          "which is not in `categories`")
       continue
     try:  # in a file without keypoints, an object without them: None (no message made)
       points = (None if layout is None and not (more and more[0]) else
                 _points(layout, name, more[0] if more else None,
                         f"annotation {ann_id} of {file_name!r}"))
     except InputError as e:
-      yield beam.pvalue.TaggedOutput("errors", e.record(_image_source(uri, image_id), key,
-                                                        level="object"))
+      yield e.record(_image_source(uri, image_id), key, level="object")
       continue
     objs.append(_OBJECT(label=name, box=_BOX(*box), is_crowd=is_crowd, area=area,
                         id=ann_id, segmentation=segmentation, keypoints=points))

@@ -21,20 +21,23 @@ class ReadCoco(beam.PTransform):
   a category with id 0 is dropped with a warning when no annotation uses it, and a file whose
   annotations use it gives a category_zero_used error, which fails the run (category_zero).
   With include_masks each object carries its `segmentation` (as compact JSON) for the writer
-  to rasterize. join_in_worker (the in-process runner): each file is read and joined by one
-  _JoinFile, in bounded memory; else a task per file and section, and a CoGroupByKey.
+  to rasterize. join_in_worker (the local runners): each file is read and joined by one
+  _JoinFile, in bounded memory, a large file's partitions joined by `join_processes` worker
+  processes (join_pool; the in-process runner's thread would join them alone); else a task
+  per file and section, and a CoGroupByKey.
   """
 
   def __init__(self, inputs: Sequence[Tuple[Optional[str], str, str]],
                allow_absolute: bool = False, follow_symlinks: bool = False,
                drop_background: bool = False, include_masks: bool = False,
-               join_in_worker: bool = False):
+               join_in_worker: bool = False, join_processes: int = 0):
     super().__init__()
     self.inputs = list(inputs)
     self.allow_absolute, self.follow_symlinks = allow_absolute, follow_symlinks
     self.drop_background = drop_background
     self.include_masks = include_masks
     self.join_in_worker = join_in_worker  # every file through _JoinFile
+    self.join_processes = join_processes  # its worker processes for a large file (join_pool)
 
   def expand(self, root):
     whole = self.inputs if self.join_in_worker else []
@@ -45,7 +48,8 @@ class ReadCoco(beam.PTransform):
                | "Files" >> beam.Create(whole)
                | "JoinFiles" >> beam.ParDo(_JoinFile(
                    self.allow_absolute, self.follow_symlinks, self.drop_background,
-                   self.include_masks)).with_output_types(ImageAnnotation).with_outputs(
+                   self.include_masks, processes=self.join_processes))
+               .with_output_types(ImageAnnotation).with_outputs(
                    "categories", "errors", "layouts", main="images"))
       images.append(files.images)
       categories.append(files.categories)

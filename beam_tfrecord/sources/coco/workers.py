@@ -8,13 +8,15 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import apache_beam as beam
 
 from beam_tfrecord.records.model import ErrorRecord, InputError
+from beam_tfrecord.storage import processes
 from beam_tfrecord.sources.coco.buffer import (MAX_PARTITIONS, PARTITION_BYTES,
                                                SPILL_BUFFER_BYTES, SPILL_PARTITIONS,
                                                _JoinBuffer)
 from beam_tfrecord.sources.coco.entries import (annotation_extras, annotation_fields,
                                                 category_keypoints, parse_category,
                                                 parse_image)
-from beam_tfrecord.sources.coco.join import category_zero, file_layout, join_found
+from beam_tfrecord.sources.coco import join_pool
+from beam_tfrecord.sources.coco.join import category_zero, file_layout, tagged
 from beam_tfrecord.sources.coco.scan import _NotStreamable, fast_sections
 from beam_tfrecord.sources.coco.stream import SECTIONS, missing_section, stream_sections
 
@@ -233,10 +235,13 @@ class _JoinFile(_ParseSection):
 
   def __init__(self, allow_absolute: bool, follow_symlinks: bool = False,
                drop_background: bool = False, include_masks: bool = False,
-               partitions: int = SPILL_PARTITIONS, buffer_bytes: int = SPILL_BUFFER_BYTES):
+               partitions: int = SPILL_PARTITIONS, buffer_bytes: int = SPILL_BUFFER_BYTES,
+               processes: int = 0, pool_min_bytes: int = join_pool.MIN_FILE_BYTES):
     super().__init__(allow_absolute, drop_background, include_masks)
     self.follow_symlinks = follow_symlinks
     self.partitions, self.buffer_bytes = partitions, buffer_bytes
+    # worker processes that join a file of at least pool_min_bytes (join_pool); 0: none
+    self.processes, self.pool_min_bytes = processes, pool_min_bytes
 
   def _keep(self, buffer, image_id: int, chunk: Tuple) -> None:
     buffer.add_object(image_id, chunk)
@@ -245,21 +250,25 @@ class _JoinFile(_ParseSection):
     buffer.add_image(image_id, file_name, width, height)
     return _NOTHING
 
-  def _partitions(self, uri: str) -> int:
+  def _partitions(self, size: int) -> int:
+    return min(MAX_PARTITIONS, max(self.partitions, -(-size // PARTITION_BYTES)))
+
+  def process(self, task):
+    split, uri, image_root = task
     try:
       from apache_beam.io.filesystems import FileSystems
       size = FileSystems.get_filesystem(uri).size(uri)
     except Exception:  # missing or unreadable: parsing reports it
       size = 0
-    return min(MAX_PARTITIONS, max(self.partitions, -(-size // PARTITION_BYTES)))
-
-  def process(self, task):
-    split, uri, image_root = task
-    buffer = _JoinBuffer(self._partitions(uri), self.buffer_bytes)
+    buffer = _JoinBuffer(self._partitions(size), self.buffer_bytes)
     names: Dict[Tuple[str, int], List[str]] = {}
     points: List[Tuple] = []  # the categories' keypoint definitions
     self._buffered = 0
     self._zero_used, self._zero_defined = None, []
+    # started now: the worker's imports overlap the scan, on the core the scan leaves idle
+    pool = (processes.Pool(self.processes, "beam_tfrecord.sources.coco.join_pool:join_partition",
+                           eager=True, what=lambda t: f"the join of {t.uri}")
+            if self.processes and size >= self.pool_min_bytes else None)
     try:
       for out in self._parse_all(uri, split, image_root, buffer):  # images: in the buffer
         if out.tag == "keypoints":
@@ -274,17 +283,19 @@ class _JoinFile(_ParseSection):
       layout = file_layout(points)
       yield beam.pvalue.TaggedOutput("layouts", (uri, layout))
       layouts = {uri: layout} if layout is not None else None
+      if pool is not None:
+        spilled = buffer.spilled()
+        yield from tagged(join_pool.in_processes(pool, (join_pool.JoinTask(
+            *spilled, p, uri, split, image_root, categories, self.allow_absolute,
+            self.follow_symlinks, layouts) for p in range(buffer.partitions))))
+        return
       for p in range(buffer.partitions):
-        images, objects = buffer.partition(p)
-        for image_id, found in images.items():
-          yield from join_found(
-              uri, image_id, [(split, image_root, *f) for f in found],
-              objects.pop(image_id, []), categories, self.allow_absolute,
-              self.follow_symlinks, layouts)
-        for image_id, kept in objects.items():  # objects of an unknown image: reported
-          yield from join_found(uri, image_id, [], kept, categories, self.allow_absolute,
-                                self.follow_symlinks)
+        yield from tagged(join_pool.joined(
+            *buffer.partition(p), uri, split, image_root, categories, self.allow_absolute,
+            self.follow_symlinks, layouts))
     finally:
+      if pool is not None:
+        pool.shutdown()
       buffer.close()
 
   def _parse_all(self, uri, split, image_root, buffer):
