@@ -166,7 +166,9 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
     packed_images = batches | "Pack" >> beam.Map(
         lambda batch: [packed.pack(ann, count_records(ann)) for ann in batch])
     runs_dir, spill_dir = work_directories(staging, run_id, local)
-    sort_runs = SortRuns(runs_dir, spill_dir, previous_plan)
+    # the in-process runner's one thread would sort every run itself: its cores do
+    sort_runs = SortRuns(runs_dir, spill_dir, previous_plan,
+                         processes=local_cores() if in_process(root) else 1)
     counts, sort_errors = packed_images | "SortRuns" >> sort_runs
     planned = counts | "Plan" >> PlanShards(
         config.num_shards, config.shard_size_mb, staging, config.records_per_shard, template,

@@ -1,6 +1,7 @@
 """Sorted runs: one file per (split, run) holding the images of a run's partitions (one, or
 shard_plan.LOCAL_RUN_SPAN on local runners) in shard order, written once by
-plan/transform.SortRuns and read by the shard writers whose ranges touch it.
+plan/transform.SortRuns (sort_run; on the in-process runner in worker processes,
+sort_spilled_run) and read by the shard writers whose ranges touch it.
 Beam-free for local files (writer processes read them).
 
 An entry is the image's record count (4 bytes, little-endian) and its packed annotation
@@ -12,9 +13,12 @@ import io
 import os
 import struct
 import uuid
-from typing import Iterator, List, Sequence, Tuple
+import marshal
+from typing import Dict, Iterable, Iterator, List, NamedTuple, Sequence, Tuple
 
+from beam_tfrecord.plan import shard_plan
 from beam_tfrecord.records import packed
+from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.storage import paths, spill
 
 _RECORDS = struct.Struct("<I")
@@ -76,3 +80,36 @@ def shard_runs(directory: str, split: str, runs: List[Tuple[int, int]]
                ) -> List[Tuple[str, int]]:
   """(path, first position) of SplitPlan.runs_of's runs."""
   return [(paths.child(directory, run_name(split, run)), position) for run, position in runs]
+
+
+Counts = List[Tuple[Tuple[str, int], Tuple[int, int, int]]]
+
+
+def sort_run(directory: str, run: int, entries: Iterable[packed.Packed],
+             bounds: Dict[str, Tuple[shard_plan.Bound, ...]]
+             ) -> Tuple[Counts, List[ErrorRecord]]:
+  """A run's images sorted, one per file and split (shard_plan.sort_partition), written as one
+  run per split into `directory`: (((split, partition), (images, records, bytes)) of its
+  partitions, and below each of `bounds` (--plan-from) in its split; the duplicates' errors)."""
+  by_split, errors = shard_plan.sort_partition(entries)
+  counts: Counts = []
+  for split, unique in sorted(by_split.items()):
+    write_run(directory, split, run, unique)
+    counts += shard_plan.partition_counts(split, unique).items()
+    if split in bounds:
+      counts += shard_plan.counts_below_bounds(split, unique, bounds[split]).items()
+  return counts, errors
+
+
+class SpilledRun(NamedTuple):
+  """One run of a local run's sort: its spill files (plan/transform._SpillPartitions)."""
+  directory: str
+  run: int
+  files: Tuple[str, ...]
+  bounds: Dict[str, Tuple[shard_plan.Bound, ...]]
+
+
+def sort_spilled_run(task: SpilledRun) -> Tuple[Counts, List[ErrorRecord]]:
+  """sort_run of the images in a run's spill files (a worker process's task)."""
+  entries = [marshal.loads(r) for path in task.files for r in spill.read_records(path)]
+  return sort_run(task.directory, task.run, entries, task.bounds)

@@ -6,6 +6,7 @@ plan is O(splits x partitions): see docs/architecture.md, "Scale rules".
 """
 from __future__ import annotations
 
+import concurrent.futures
 import marshal
 import os
 import uuid
@@ -20,7 +21,8 @@ from beam_tfrecord.storage import progress
 from beam_tfrecord.plan import naming, runs, shard_plan
 from beam_tfrecord.records import packed
 from beam_tfrecord.storage import paths
-from beam_tfrecord.storage.spill import Spill, read_records
+from beam_tfrecord.storage.processes import InOrder, Pool
+from beam_tfrecord.storage.spill import Spill
 
 
 class _SpillPartitions(beam.DoFn):
@@ -48,36 +50,83 @@ class _SpillPartitions(beam.DoFn):
       yield WindowedValue((p, self._spill.path(p)), MIN_TIMESTAMP, [GlobalWindow()])
 
 
+# a spilled run this large (~1,700 images) is sorted in a worker process when the runner
+# offers them; a smaller one costs less than handing it over
+POOL_MIN_RUN_BYTES = 256 << 10
+
+
+def _done(result) -> "concurrent.futures.Future":
+  future: concurrent.futures.Future = concurrent.futures.Future()
+  future.set_result(result)
+  return future
+
+
 class _SortRuns(beam.DoFn):
   """(run, [packed.Packed] or [spill file]) -> ((split, partition), (images, records,
   bytes)), and ErrorRecords ('errors'): the images of a run's partitions (`span` of them)
   sorted, one per file and split (shard_plan.sort_partition), written as one run per split
-  into `directory`. Memory: `span` partitions."""
+  into `directory` (runs.sort_run). Memory: `span` partitions. With `processes` > 1 (the
+  in-process runner, which runs this step on one thread), the spilled runs of a bundle are
+  sorted by worker processes (storage/processes), their counts given in the runs' order."""
 
   def __init__(self, directory: str, from_files: bool,
-               bounds: Optional[Dict[str, Tuple[shard_plan.Bound, ...]]] = None):
+               bounds: Optional[Dict[str, Tuple[shard_plan.Bound, ...]]] = None,
+               processes: int = 1):
     self.directory, self.from_files = directory, from_files
     self.bounds = bounds or {}  # --plan-from: the earlier plan's bounds, by split
+    self.processes = processes if from_files else 1
+
+  def setup(self):
+    self._pool = None
+
+  def start_bundle(self):
+    self._pending = InOrder()
 
   def process(self, element):
     run, items = element
-    if self.from_files:
-      files = sorted(items)
-      entries = [marshal.loads(r) for path in files for r in read_records(path)]
-    else:
-      entries = list(items)
-    by_split, errors = shard_plan.sort_partition(entries)
-    del entries
-    for split, unique in sorted(by_split.items()):
-      runs.write_run(self.directory, split, run, unique)
-      yield from shard_plan.partition_counts(split, unique).items()
-      if split in self.bounds:
-        yield from shard_plan.counts_below_bounds(split, unique, self.bounds[split]).items()
-    for error in errors:
-      yield beam.pvalue.TaggedOutput("errors", error)
+    if not self.from_files:
+      yield from self._outputs(runs.sort_run(self.directory, run, list(items), self.bounds))
+      return
+    task = runs.SpilledRun(self.directory, run, tuple(sorted(items)), self.bounds)
+    if self.processes <= 1 and not self._pending:
+      yield from self._outputs(runs.sort_spilled_run(task))
+      return
+    if self.processes > 1 and sum(map(os.path.getsize, task.files)) >= POOL_MIN_RUN_BYTES:
+      if self._pool is None:
+        self._pool = Pool(self.processes, "beam_tfrecord.plan.runs:sort_spilled_run",
+                          what=lambda t: f"the sort of run {t.run}")
+      self._pending.add(self._pool.submit(task))
+    else:  # not worth a process (a test's run, a small dataset): here, in its turn
+      self._pending.add(_done(runs.sort_spilled_run(task)))
+    for result in self._pending.results(wait=False):
+      yield from self._outputs(result)
     # the spill files are left for Finalize's remove_work (.work/): a bundle retried after a
     # failure downstream reads them again (deleting them here made every retry of this step
     # fail). Scratch disk: the packed entries, ~150 bytes an image, until the run ends.
+
+  def finish_bundle(self):
+    try:
+      for result in self._pending.results(wait=True):
+        for value in self._outputs(result):
+          if isinstance(value, beam.pvalue.TaggedOutput):
+            yield beam.pvalue.TaggedOutput(value.tag, WindowedValue(
+                value.value, MIN_TIMESTAMP, [GlobalWindow()]))
+          else:
+            yield WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
+    finally:
+      self.teardown()
+
+  def teardown(self):
+    pool, self._pool = getattr(self, "_pool", None), None
+    if pool is not None:
+      pool.shutdown()
+
+  @staticmethod
+  def _outputs(result):
+    counts, errors = result
+    yield from counts
+    for error in errors:
+      yield beam.pvalue.TaggedOutput("errors", error)
 
 
 class SortRuns(beam.PTransform):
@@ -96,9 +145,11 @@ class SortRuns(beam.PTransform):
   """
 
   def __init__(self, directory: str, spill_directory: Optional[str] = None,
-               previous: Optional[Dict[str, shard_plan.PreviousSplit]] = None):
+               previous: Optional[Dict[str, shard_plan.PreviousSplit]] = None,
+               processes: int = 1):
     super().__init__()
     self.directory, self.spill_directory = directory, spill_directory
+    self.processes = processes  # worker processes that sort spilled runs (_SortRuns)
     self.span = shard_plan.LOCAL_RUN_SPAN if spill_directory else 1
     self.bounds = {split: p.bounds for split, p in (previous or {}).items()}
 
@@ -114,7 +165,8 @@ class SortRuns(beam.PTransform):
                                     for p in batch])
                  | "GroupByPartition" >> beam.GroupByKey())
     sorted_ = grouped | "Sort" >> beam.ParDo(
-        _SortRuns(self.directory, bool(self.spill_directory), self.bounds)).with_outputs(
+        _SortRuns(self.directory, bool(self.spill_directory), self.bounds,
+                  self.processes)).with_outputs(
             "errors", main="counts")
     return sorted_.counts, sorted_.errors
 

@@ -15,6 +15,7 @@ process is gone, finishes its task and exits. Beam-free.
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import importlib
 import os
@@ -23,7 +24,7 @@ import queue
 import subprocess
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 
 class ProcessDied(RuntimeError):
@@ -97,6 +98,34 @@ class Pool:
     finally:
       if proc is not None:
         _stop(proc, answers)
+
+
+class InOrder:
+  """A bundle's futures, their results given in the order they were added, as they finish:
+  a result waiting for the bundle's end would hold what it carries until then. A failure
+  cancels the futures not begun (the bundle fails: nothing more is done)."""
+
+  def __init__(self):
+    self._pending: collections.deque = collections.deque()
+
+  def add(self, future: "concurrent.futures.Future") -> None:
+    self._pending.append(future)
+
+  def __bool__(self) -> bool:
+    return bool(self._pending)
+
+  def results(self, wait: bool) -> Iterator[Any]:
+    """The results of the futures finished so far, in order; with `wait`, of all of them."""
+    while self._pending and (wait or self._pending[0].done()):
+      future = self._pending.popleft()
+      try:
+        result = future.result()
+      except BaseException:
+        for rest in self._pending:
+          rest.cancel()
+        self._pending.clear()
+        raise
+      yield result
 
 
 def _stop(proc: subprocess.Popen, answers, kill: bool = False) -> None:

@@ -27,6 +27,7 @@ from beam_tfrecord.plan.previous import Previous
 from beam_tfrecord.plan.shard_plan import ShardPlan
 from beam_tfrecord.records.model import ImageAnnotation
 from beam_tfrecord.storage import paths
+from beam_tfrecord.storage.processes import InOrder
 from beam_tfrecord.storage.layout import kill_point
 from beam_tfrecord.write import contents
 from beam_tfrecord.write.contents import Tapped
@@ -115,7 +116,7 @@ class _WriteShard(beam.DoFn):
     release_freed_memory()
 
   def start_bundle(self):
-    self._pending, self._decided = [], False
+    self._pending, self._decided = InOrder(), False
 
   def process(self, element, label_map, plan: ShardPlan):
     if isinstance(element, list):  # every shard in one element: one bundle, one pool
@@ -138,7 +139,7 @@ class _WriteShard(beam.DoFn):
     else:
       if local:  # every core converts: read-ahead threads would only take turns with them
         task.read_ahead = 1
-      self._pending.append(self._pool.submit(task))
+      self._pending.add(self._pool.submit(task))
       # the shards written so far, in order, go on now: a result waiting for the bundle's
       # end holds its stats and errors until then
       yield from self._written(wait=False)
@@ -167,15 +168,7 @@ class _WriteShard(beam.DoFn):
   def _written(self, wait: bool):
     """The outputs of the pending shards, in the order they came: those written already, or
     (wait) all of them. A failed shard fails the bundle, and no shard after it is begun."""
-    while self._pending and (wait or self._pending[0].done()):
-      future = self._pending.pop(0)
-      try:
-        result = future.result()
-      except BaseException:
-        for rest in self._pending:  # the bundle fails: write nothing more
-          rest.cancel()
-        self._pending = []
-        raise
+    for result in self._pending.results(wait):
       yield from self._outputs(result)
 
   def finish_bundle(self):
