@@ -33,7 +33,9 @@
 # runners): the runner's shuffles, no spill files, the run directory through FileSystems.
 #
 # With --env process the job stages the project as a Dataflow job does: --setup_file (the
-# repository's setup.py, or BEAM_TFRECORD_SETUP_FILE), whose sdist Beam's stager builds; each
+# repository's setup.py, or BEAM_TFRECORD_SETUP_FILE; a copy of its folder made for the run,
+# so that runs launched at once do not build their sdists in one folder), whose sdist Beam's
+# stager builds; each
 # worker is a fresh venv (worker.sh) over Beam's SDK (the worker image setup.sh makes) into
 # which boot pip-installs the staged sdist and the dependencies setup.py declares, from the
 # wheels setup.sh resolved (offline). Nothing of the launcher's venv reaches the workers: a
@@ -161,8 +163,17 @@ print(json.dumps({"command": command, "env": env}))' \
     # dependencies setup.py declares.
     SETUP_FILE=${BEAM_TFRECORD_SETUP_FILE:-$REPO/setup.py}
     [ -f "$SETUP_FILE" ] || die "no setup file at $SETUP_FILE"
+    # The stager runs `setup.py sdist` in the setup file's folder, which makes a
+    # beam-tfrecord-V/ tree and the egg-info there: two conversions launched at once raced on
+    # them ("No such file or directory: 'beam-tfrecord-0.1.0/beam_tfrecord/storage'"). So the
+    # job stages a copy of that folder made for this run (without what no sdist takes).
+    mkdir "$RUN_TMP/project"
+    tar -C "$(dirname "$SETUP_FILE")" -cf - --exclude=./.git --exclude=./.venv \
+        --exclude=./tests --exclude=./benchmarks --exclude=./docs --exclude=./build \
+        --exclude=./dist --exclude='*.egg-info' --exclude=__pycache__ . |
+      tar -C "$RUN_TMP/project" -xf - || die "could not copy $(dirname "$SETUP_FILE") to stage it"
     beam_args+=(--environment_type=PROCESS "--environment_config=$config"
-                "--setup_file=$SETUP_FILE") ;;
+                "--setup_file=$RUN_TMP/project/$(basename "$SETUP_FILE")") ;;
   *) die "unknown --env $ENV_TYPE (process or loopback)" ;;
 esac
 
