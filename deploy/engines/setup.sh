@@ -2,7 +2,9 @@
 # Installs or builds what beam-tfrecord needs to run on Beam's portable engines, into a cache
 # folder (issue 39). Flink: not yet.
 #
-#   bash deploy/engines/setup.sh [prism|spark]        (default: prism)
+#   bash deploy/engines/setup.sh [prism|spark|worker]        (default: prism)
+#
+# worker: only the PROCESS workers' image and wheels (below; prism and spark make them too)
 #
 # prism: two Go modules, built with `go install` from the Go module proxy (GOPROXY as
 # configured; https://proxy.golang.org by default) at the Beam SDK's own version, read from the
@@ -46,8 +48,9 @@
 #   BEAM_VERSION    the version to build (e.g. 2.77.0) instead of asking Python
 #   SPARK_VERSION   spark: the pyspark / Spark version (default 3.5.0)
 #   MVN             spark: the Maven command (default mvn)
-# Prints the paths of what it made on stdout (prism: prism, boot; spark: boot, SPARK_HOME,
-# the job server jar); everything else goes to stderr.
+# Prints the paths of what it made on stdout (prism: prism, boot, the worker image; spark:
+# boot, the worker image, SPARK_HOME, the job server jar; worker: the worker image);
+# everything else goes to stderr.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
