@@ -76,8 +76,12 @@ def _master() -> dict:
 
 
 @pytest.fixture(scope="module")
-def cluster():
-  """A running cluster: the one there is, else one this test starts (and stops)."""
+def cluster(request):
+  """A running cluster: the one there is, else one this test starts (and stops). (A module
+  fixture is set up before the function-scoped _selected: it checks the selection itself, or
+  an unselected run would start a cluster.)"""
+  compare_runners.skip_unless_selected(
+      request, "minutes of Spark jobs; after bash deploy/engines/setup.sh spark")
   if _missing():
     pytest.skip(_missing())
   started = False
