@@ -75,6 +75,7 @@ fi
 # it had get SIGTERM, then SIGKILL.
 parent=$PPID self=$$
 (
+  set +e   # a kill of a process already gone must not end the watchdog
   trap '' HUP INT
   ppid_of() { local stat; stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; stat=${stat##*) }; set -- $stat; echo "$2"; }
   kids="" told=0
