@@ -88,7 +88,7 @@ class _SortRuns(beam.DoFn):
       yield from self._outputs(runs.sort_run(self.directory, run, list(items), self.bounds))
       return
     task = runs.SpilledRun(self.directory, run, tuple(sorted(items)), self.bounds)
-    if self.processes <= 1 and not self._pending:
+    if self.processes <= 1:  # nothing is ever pending then
       yield from self._outputs(runs.sort_spilled_run(task))
       return
     if self.processes > 1 and sum(map(os.path.getsize, task.files)) >= POOL_MIN_RUN_BYTES:

@@ -111,9 +111,6 @@ class InOrder:
   def add(self, future: "concurrent.futures.Future") -> None:
     self._pending.append(future)
 
-  def __bool__(self) -> bool:
-    return bool(self._pending)
-
   def results(self, wait: bool) -> Iterator[Any]:
     """The results of the futures finished so far, in order; with `wait`, of all of them."""
     while self._pending and (wait or self._pending[0].done()):
