@@ -50,6 +50,17 @@ class _SpillPartitions(beam.DoFn):
       yield WindowedValue((p, self._spill.path(p)), MIN_TIMESTAMP, [GlobalWindow()])
 
 
+def in_global_window(values: Iterable) -> Iterable:
+  """Outputs for finish_bundle, which must give windowed values: each value, or a
+  TaggedOutput's value, in the global window (the pipeline has no other)."""
+  for value in values:
+    if isinstance(value, beam.pvalue.TaggedOutput):
+      yield beam.pvalue.TaggedOutput(value.tag, WindowedValue(
+          value.value, MIN_TIMESTAMP, [GlobalWindow()]))
+    else:
+      yield WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
+
+
 # a spilled run this large (~1,700 images) is sorted in a worker process when the runner
 # offers them; a smaller one costs less than handing it over
 POOL_MIN_RUN_BYTES = 256 << 10
@@ -107,12 +118,7 @@ class _SortRuns(beam.DoFn):
   def finish_bundle(self):
     try:
       for result in self._pending.results(wait=True):
-        for value in self._outputs(result):
-          if isinstance(value, beam.pvalue.TaggedOutput):
-            yield beam.pvalue.TaggedOutput(value.tag, WindowedValue(
-                value.value, MIN_TIMESTAMP, [GlobalWindow()]))
-          else:
-            yield WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
+        yield from in_global_window(self._outputs(result))
     finally:
       self.teardown()
 

@@ -18,13 +18,11 @@ from typing import Iterable, Optional
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_tfrecord.plan import naming, runs
 from beam_tfrecord.plan.previous import Previous
 from beam_tfrecord.plan.shard_plan import ShardPlan
+from beam_tfrecord.plan.transform import in_global_window
 from beam_tfrecord.records.model import ImageAnnotation
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.processes import InOrder
@@ -173,12 +171,7 @@ class _WriteShard(beam.DoFn):
 
   def finish_bundle(self):
     try:
-      for value in self._written(wait=True):
-        if isinstance(value, beam.pvalue.TaggedOutput):
-          yield beam.pvalue.TaggedOutput(value.tag, WindowedValue(
-              value.value, MIN_TIMESTAMP, [GlobalWindow()]))
-        else:
-          yield WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
+      yield from in_global_window(self._written(wait=True))
     finally:
       self.teardown()
 
