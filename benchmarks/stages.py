@@ -195,7 +195,7 @@ FRAME_STAGES: Tuple[Tuple[str, Optional[str]], ...] = (
     ("(beam_tfrecord/write/transform.py", WRITE),
     ("_WriteShard.", WRITE),
     # the write's set-up: gc.collect + malloc_trim, once per DoFn instance
-    ("release_freed_memory (beam_tfrecord/write/transform.py", WRITE),
+    ("release_freed_memory (beam_tfrecord/storage/processes.py", WRITE),
     # copies by content: each written image's (SHA-256, split, key, uri) handed on by the
     # writer (write/contents: Tapped keeps the digest the read computed), spilled by digest
     # and grouped (write/leakage.FindCopies), reported as leaked_across_splits /

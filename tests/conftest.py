@@ -577,6 +577,15 @@ class Shared:
     return _dataset_from_json(meta.read_text(encoding="utf-8"))
 
 
+@pytest.fixture(autouse=True)
+def _no_idle_worker_processes():
+  """Worker processes a test's pools left for reuse (storage/processes) end with the test, as
+  they end with a run: a later test never gets one started for another."""
+  yield
+  from beam_tfrecord.storage import processes
+  processes.stop_idle()
+
+
 @pytest.fixture(scope="session")
 def shared(tmp_path_factory) -> Shared:
   base = tmp_path_factory.getbasetemp()

@@ -146,6 +146,7 @@ def run_to_end(p, options, staging: str, unchanged: str):
   wait for (--no_wait_until_finish); None when it ended DONE."""
   from beam_tfrecord.errors import EXIT_FAILED, EXIT_OK
   from beam_tfrecord.storage.progress import Progress
+  from beam_tfrecord.storage import processes
   with Progress(staging), startup_frozen():
     try:
       result = p.run()  # local runners block here; remote ones return at once
@@ -154,6 +155,8 @@ def run_to_end(p, options, staging: str, unchanged: str):
       print(f"beam-tfrecord: the pipeline failed ({type(e).__name__}: {first[:300]}); "
             f"{unchanged}", file=sys.stderr)
       return EXIT_FAILED, None
+    finally:  # the run's worker processes (storage/processes): none outlives its run
+      processes.stop_idle()
     state = wait_for_job(result, options)
   if state is None:  # --no_wait_until_finish: the job goes on without us
     return EXIT_OK, result

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, Optional, Tuple
 
-from beam_tfrecord.records import masks
 from beam_tfrecord.records.model import Box, InputError
 
 
@@ -112,8 +111,10 @@ def annotation_extras(record: Dict[str, Any], include_masks: bool
   if points is not None and not isinstance(points, list):
     raise InputError("parse", "wrong_type", f"annotation keypoints must be a list "
                      f"[x, y, v, ...], got {points!r:.80}")
-  return (ann_id, (masks.to_json(segmentation) if segmentation is not None else None),
-          tuple(points) if points else None)
+  if segmentation is not None:  # --include-masks only: masks imports numpy (0.2 s a process)
+    from beam_tfrecord.records import masks
+    segmentation = masks.to_json(segmentation)
+  return ann_id, segmentation, tuple(points) if points else None
 
 
 def category_keypoints(record: Dict[str, Any]
