@@ -100,13 +100,37 @@ def wait_for_job(result, options):
     return state if state is not None else "FAILED"
 
 
+# Modules Beam imports with itself when they are installed, which a conversion never uses:
+# its MongoDB connector's (pymongo, bson) and its pandas type compatibility (pandas, which
+# imports pyarrow). Kept out of Beam's first import: `import apache_beam` took 1.30 s of wall
+# and 1.41 CPU-s with them, 0.94 s and 1.04 CPU-s without (this machine, 2026-12-07); a
+# module that asks for them later (readback/stats: pandas) imports them as usual.
+NOT_FOR_BEAM = ("pymongo", "bson", "pandas")
+
+
+def import_beam():
+  """apache_beam, imported without NOT_FOR_BEAM when this is its first import (Beam imports
+  each in a try and goes on without it)."""
+  if "apache_beam" not in sys.modules:
+    kept_out = [name for name in NOT_FOR_BEAM if name not in sys.modules]
+    for name in kept_out:
+      sys.modules[name] = None  # an ImportError for whoever imports it meanwhile
+    try:
+      import apache_beam  # noqa: F401
+    finally:
+      for name in kept_out:
+        if name in sys.modules and sys.modules[name] is None:
+          del sys.modules[name]
+  return sys.modules["apache_beam"]
+
+
 def pipeline_options(beam_args):
   """The command line's Beam options, with the tool's local default runner: Beam's
   FnApiRunner in process (benchmarks/README.md). It is what the DirectRunner falls back to
   offline, minus ~2 s spent trying to fetch Prism; on 2 cores multi_processing was slower
   (worker start-up, data passed between processes) and used 3x the memory. Warns (one line)
   when multi_threading is asked for."""
-  import apache_beam as beam
+  beam = import_beam()
   from apache_beam.options.pipeline_options import PipelineOptions
   options = PipelineOptions(list(beam_args))
   standard = options.view_as(beam.options.pipeline_options.StandardOptions)
