@@ -253,13 +253,13 @@ def serve(answer_fd: int, function: str) -> None:
 def release_freed_memory() -> None:
   """Hand the heap freed so far back to the operating system (glibc's malloc_trim; elsewhere
   only the collection): before a run's peak (the shards written beside the runner's process),
-  and in a worker process that goes on to another step's tasks (a join's buffers)."""
+  and in a worker process that goes on to another step's tasks (a join's buffers). The
+  process's own symbols hold libc's: ctypes.util.find_library ran `ldconfig -p`, a fork of
+  the runner's whole process, before every write step."""
   import ctypes
-  import ctypes.util
   import gc
   gc.collect()
   try:
-    ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    ctypes.CDLL(None).malloc_trim(0)
   except (OSError, AttributeError):  # not glibc
     pass
-
