@@ -4,12 +4,16 @@ copies by content, without Beam, the front half or the profiler's overhead.
 
   python benchmarks/writer.py --small-images 200000 --images 20000 --repeats 5
   python benchmarks/writer.py --small-images 200000 --images 20000 --profile 25
+  python benchmarks/writer.py --smoke    # 300 images, once; the shard equals a real run's
 
 The annotations are those of the small-image set's COCO JSON (run.py --small-images makes
 it), built as COCO's source builds them, packed into one sorted run as the sort step writes
 it. Each repeat writes the whole shard (write_shard) into a fresh folder and takes
 process CPU time (time.process_time) and wall time; the median is reported in us per image,
 with the output's SHA-256 so that two versions of the code can be compared for bytes.
+`--smoke` (CI) makes a 300-image set in a temporary folder and checks that the shard written
+here is byte for byte the one shard of `beam-tfrecord convert --num-shards 1` of the same
+set: what is timed is the writer a conversion runs.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import os
 import pstats
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -62,7 +67,7 @@ def annotations(root: str, count: int):
 
 
 def task_for(run_dir: str, staging: str, anns, names) -> shard_writer.ShardTask:
-  label_map = {name: i for i, name in enumerate(sorted(names.values()), start=1)}
+  label_map = {name: i for i, name in names.items()}  # COCO's own ids, as a conversion's
   return shard_writer.ShardTask(
       staging=staging, split="train", shard=0, num_shards=1, runs=[(run_dir, 0)], lo=0,
       hi=len(anns), by_records=False, label_map=label_map, options=EncodeOptions(),
@@ -79,7 +84,12 @@ def main(argv=None) -> int:
   parser.add_argument("--profile", type=int, default=0, metavar="K",
                       help="one more pass under cProfile; print its K costliest functions")
   parser.add_argument("--cache-dir", default=os.path.join(HERE, ".cache"))
+  parser.add_argument("--smoke", action="store_true",
+                      help="300 images in a temporary folder, once, checked against a "
+                      "conversion's shard (CI); times nothing")
   args = parser.parse_args(argv)
+  if args.smoke:
+    return smoke()
   root = os.path.join(args.cache_dir, f"small-v1-{args.small_images}")
   if not os.path.isdir(root):
     print(f"no {root}: make it with benchmarks/small_dataset.py --images {args.small_images}",
@@ -118,6 +128,37 @@ def main(argv=None) -> int:
   finally:
     shutil.rmtree(work, ignore_errors=True)
   return 0
+
+
+def smoke(count: int = 300) -> int:
+  from small_dataset import ensure_small_dataset
+  work = tempfile.mkdtemp(prefix="writer-smoke-")
+  try:
+    data = ensure_small_dataset(count, work, verbose=False)
+    root = os.path.dirname(data.annotations)
+    anns, names = annotations(root, count)
+    run = runs.write_run(os.path.join(work, "runs"), "train", 0, [packed.pack(a) for a in anns])
+    staging = os.path.join(work, "here")
+    os.makedirs(staging)
+    result = shard_writer.write_shard(task_for(run, staging, anns, names))
+    with open(os.path.join(staging, result.stats["path"]), "rb") as f:
+      here = f.read()
+    out = os.path.join(work, "converted")
+    subprocess.run([sys.executable, "-m", "beam_tfrecord.cli", "convert", "--format", "coco",
+                    "--input", data.annotations, "--images", data.images_dir, "--output", out,
+                    "--num-shards", "1"], check=True, stdout=subprocess.DEVNULL,
+                   cwd=os.path.dirname(HERE))
+    with open(os.path.join(out, "train-00000-of-00001.tfrecord"), "rb") as f:
+      converted = f.read()
+    if here != converted:
+      print(f"writer smoke: FAILED: the shard written here ({len(here)} bytes) is not the "
+            f"conversion's ({len(converted)} bytes)", file=sys.stderr)
+      return 1
+    print(f"writer smoke: {result.stats['images']} images, the shard equals the conversion's "
+          f"({len(here)} bytes)")
+    return 0
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
