@@ -29,6 +29,7 @@ from beam_tfrecord.records import coders, packed
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.sources import registry
 from beam_tfrecord.storage import files, paths
+from beam_tfrecord.storage.processes import stop_idle
 from beam_tfrecord.write import leakage
 from beam_tfrecord.write.errors_file import WriteErrorsFile
 from beam_tfrecord.write.leakage import FindCopies
@@ -108,6 +109,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   config = configs.checked(config)  # as is when the CLI checked it
   paths.forget_roots()  # this run sees the image roots and listings as they are now
   files.forget_listings()
+  stop_idle()  # and worker processes of its own, without an earlier run's caches
   run_id = run_id or uuid.uuid4().hex
   staging = outputs.run_dir(config.output, run_id)
   options = config.encode

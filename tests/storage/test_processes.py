@@ -77,3 +77,21 @@ def test_a_kept_process_that_ends_before_its_task_is_replaced(starts, monkeypatc
   monkeypatch.setattr(processes, "_lease", killed_after_lease)
   again = _pids(1)[0]
   assert again != pid and len(starts) == 2
+
+
+def test_a_new_run_starts_its_own_processes(starts, tmp_path):
+  """pipeline.build ends the processes an earlier run in this process left (their module
+  caches, such as listings, belong to that run), whoever ran it."""
+  import apache_beam as beam
+
+  from beam_tfrecord import config, pipeline
+  pid = _pids(1)[0]
+  images = tmp_path / "images"
+  images.mkdir()
+  (tmp_path / "a.json").write_text('{"images": [], "annotations": [], "categories": []}')
+  pipeline.build(beam.Pipeline(), config.ConvertConfig(
+      format="coco", inputs=[str(tmp_path / "a.json")], images=[str(images)],
+      output=str(tmp_path / "out")))
+  with pytest.raises(ProcessLookupError):
+    os.kill(pid, 0)
+  assert _pids(1)[0] != pid
