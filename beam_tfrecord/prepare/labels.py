@@ -46,7 +46,8 @@ class BuildLabelMap(beam.PTransform):
               | "FromCategories" >> beam.Map(number))
     first_id = self.first_id
     return (self.source.images
-            | "Names" >> beam.FlatMap(lambda a: [o.label for o in a.objects] + list(a.labels))
+            | "Names" >> beam.FlatMap(lambda batch: {name for a in batch for name in (
+                *(o.label for o in a.objects), *a.labels)})
             | "Distinct" >> beam.Distinct()
             | "AllNames" >> beam.combiners.ToList()
             | "Number" >> beam.Map(label_maps.from_names, first_id))

@@ -89,20 +89,14 @@ def _locate(batch: List[ImageAnnotation], fractions: Optional[Mapping[str, float
     yield images
 
 
-# Images per element from here to the sort's spill: one Beam element per image cost ~0.75 us
-# for each step it passed (a fused Map, in-process runner); a batch of a few hundred kB
-# stays far below any runner's element limits.
-BATCH_IMAGES = 1000
-
-
 class PrepareImages(beam.PTransform):
-  """PCollection[ImageAnnotation] -> (PCollection[List[ImageAnnotation]], errors).
+  """PCollection[List[ImageAnnotation]] -> (PCollection[List[ImageAnnotation]], errors).
 
-  In: images straight from a source. Out: batches of at most BATCH_IMAGES images (formed
-  within each bundle, so a large source stays many elements across workers), each image with
-  a split and a file size; images whose file is missing, or with more objects than any image
-  may have (bounds.py), become ErrorRecords. `remote`: images on an object store, whose sizes
-  are looked up concurrently, a batch at a time.
+  In: a source's batches (sources/registry.read: at most BATCH_IMAGES images each, formed
+  within each bundle, so a large source stays many elements across workers). Out: the same
+  batches, each image with a split and a file size; images whose file is missing, or with
+  more objects than any image may have (bounds.py), become ErrorRecords. `remote`: images on
+  an object store, whose sizes are looked up concurrently, a batch at a time.
   """
 
   def __init__(self, fractions: Optional[Mapping[str, float]], remote: bool = False):
@@ -110,14 +104,8 @@ class PrepareImages(beam.PTransform):
     self.fractions = dict(fractions) if fractions else None
     self.remote = remote
 
-  def expand(self, images):
-    located = (images
-               # typed: Beam samples element sizes for its metrics, and an untyped batch
-               # was sized by pickling each of its images (a sampled batch of 1,000: ~12 ms;
-               # typed, records/coders.DataclassCoder's estimate encodes nothing)
-               | "Batch" >> beam.BatchElements(min_batch_size=BATCH_IMAGES,
-                                               max_batch_size=BATCH_IMAGES)
-               .with_output_types(List[ImageAnnotation])
+  def expand(self, batches):
+    located = (batches
                | "Locate" >> beam.FlatMap(_locate, self.fractions, self.remote)
                .with_output_types(List[ImageAnnotation]).with_outputs("errors", main="images"))
     return located.images, located.errors

@@ -56,10 +56,17 @@ class _Select(beam.DoFn):
   def __init__(self, selection: ClassSelection):
     self.selection = selection
 
-  def process(self, ann: ImageAnnotation):
-    kept, excluded = select_image(ann, self.selection)
-    yield from kept
-    for name, n in excluded.items():
+  def process(self, batch: List[ImageAnnotation]):
+    kept: List[ImageAnnotation] = []
+    excluded: Dict[str, int] = {}
+    for ann in batch:
+      selected, dropped = select_image(ann, self.selection)
+      kept += selected
+      for name, n in dropped.items():
+        excluded[name] = excluded.get(name, 0) + n
+    if kept:
+      yield kept
+    for name, n in excluded.items():  # summed per class below (ExcludedPerClass)
       yield beam.pvalue.TaggedOutput("excluded", (name, n))
 
 
@@ -92,7 +99,8 @@ class SelectClasses(beam.PTransform):
     selection = self.selection
     names = (self.source.images
              | "SourceNames" >> beam.FlatMap(
-                 lambda a: [o.label for o in a.objects] + list(a.labels)))
+                 lambda batch: {name for a in batch for name in (
+                     *(o.label for o in a.objects), *a.labels)}))
     if self.source.categories is not None:
       names = ((names, self.source.categories | "CategoryNames" >> beam.Keys())
                | "AllNames" >> beam.Flatten())
@@ -100,8 +108,8 @@ class SelectClasses(beam.PTransform):
                | "DistinctNames" >> beam.Distinct()
                | "NameList" >> beam.combiners.ToList()
                | "CheckNames" >> beam.FlatMap(_check_names, selection, self.where))
-    selected = self.source.images | "Select" >> beam.ParDo(_Select(selection)).with_outputs(
-        "excluded", main="images")
+    selected = self.source.images | "Select" >> beam.ParDo(_Select(selection)).with_output_types(
+        List[ImageAnnotation]).with_outputs("excluded", main="images")
     counts = (selected.excluded
               | "ExcludedPerClass" >> beam.CombinePerKey(sum)
               | "ExcludedCounts" >> beam.FlatMapTuple(_counts))
@@ -110,4 +118,4 @@ class SelectClasses(beam.PTransform):
       categories = self.source.categories | "RenameCategories" >> beam.FlatMapTuple(
           lambda name, i: [(selection.target(name), i)] if selection.target(name) else [])
     errors = (self.source.errors, unknown) | "SelectErrors" >> beam.Flatten()
-    return SourceOutput(selected.images, errors, categories), counts
+    return SourceOutput(selected.images, errors, categories, batched=True), counts

@@ -15,13 +15,40 @@ if TYPE_CHECKING:  # the helpers below serve Beam-free modules (detection, listi
 MAX_OBJECTS_PER_IMAGE = 10_000
 
 
+# Images per element from a source to the sort's spill: one Beam element per image cost ~0.75
+# us for each step it passed (a fused Map, in-process runner); a batch of a few hundred kB
+# stays far below any runner's element limits, and a source of any size stays many elements.
+BATCH_IMAGES = 1000
+
+
 class SourceOutput(NamedTuple):
+  """What a source gives. `images`: its ImageAnnotations, one per element, or lists of at
+  most BATCH_IMAGES of them when `batched` (a source that has them in hand together: COCO's
+  join); registry.read gives every source's as lists."""
   images: "beam.PCollection"
   errors: "beam.PCollection"
   categories: "Optional[beam.PCollection]" = None
   # the dataset's records/keypoints.KeypointLayout (at most one element; none without
   # keypoints): the manifest's and the card's keypoint names (sources/keypoints.py)
   keypoints: "Optional[beam.PCollection]" = None
+  batched: bool = False
+
+
+def in_batches(outputs, size: int = BATCH_IMAGES):
+  """A DoFn's outputs with its ImageAnnotations in lists of at most `size`, in order; every
+  other output (tagged ones) passed on as it comes."""
+  from beam_tfrecord.records.model import ImageAnnotation
+  batch = []
+  for out in outputs:
+    if type(out) is ImageAnnotation:
+      batch.append(out)
+      if len(batch) == size:
+        yield batch
+        batch = []
+    else:
+      yield out
+  if batch:
+    yield batch
 
 
 def image_extensions() -> frozenset:

@@ -10,6 +10,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_tfrecord.prepare.locate import PrepareImages
 from beam_tfrecord.records.model import Box, ErrorRecord, ImageAnnotation, ObjectAnnotation
+from beam_tfrecord.sources import registry
 from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE as BOUND
 
 
@@ -22,9 +23,9 @@ def _image(name: str, objects: int) -> ImageAnnotation:
 def test_an_image_over_the_bound_becomes_one_error_the_rest_passes():
   full, empty = _image("full.jpg", BOUND), _image("empty.jpg", 0)
   with beam.Pipeline("FnApiRunner") as p:
-    batches, errors = (p | beam.Create([full, _image("big.jpg", BOUND + 1), empty])
+    batches, errors = (p | beam.Create([[full, _image("big.jpg", BOUND + 1), empty]])
                        | PrepareImages(None))
-    assert_that(batches, equal_to([[full, empty]]), label="Images")  # one bundle, one batch
+    assert_that(batches, equal_to([[full, empty]]), label="Images")
     assert_that(errors | beam.Map(ErrorRecord.to_json), equal_to([
         ErrorRecord(source="/d/a.json", stage="parse", reason="too_many_objects",
                     key="big.jpg", level="image",
@@ -66,8 +67,8 @@ def test_batches_are_typed_so_beam_sizes_them_without_pickling():
   from beam_tfrecord.records.coders import DataclassCoder
   p = beam.Pipeline("FnApiRunner")
   images = p | beam.Create([_image("a.jpg", 1)]) | beam.Map(copy.copy)  # untyped (Any)
-  batches, _ = images | PrepareImages(None)
-  formed = next(t.outputs[None] for t in _applied(p) if t.full_label.endswith("/Batch"))
+  formed = images | "Batch" >> registry.batch_images()  # as registry.read batches a source's
+  batches, _ = formed | PrepareImages(None)
   for pcoll in (formed, batches):  # the batches formed, and the located ones
     coder = beam_coders.registry.get_coder(pcoll.element_type)
     assert isinstance(coder, beam_coders.ListCoder), coder  # untyped: FastPrimitivesCoder

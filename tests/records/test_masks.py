@@ -159,8 +159,8 @@ def test_without_include_masks_no_mask_and_no_segmentation_carried(tmp_path):
     for include in (False, True):
       out = p | f"Read[{include}]" >> ReadCoco(
           [(None, str(annotations), str(tmp_path / "data" / "images"))], include_masks=include)
-      carried = out.images | f"Carried[{include}]" >> beam.FlatMap(
-          lambda a: [o.segmentation is not None for o in a.objects])
+      carried = out.images | f"Carried[{include}]" >> beam.FlatMap(  # batches of images
+          lambda batch: [o.segmentation is not None for a in batch for o in a.objects])
 
       def check(values, include=include):
         assert len(values) == 6 and set(values) == ({True, False} if include else {False})

@@ -359,7 +359,8 @@ def _read_all(files, out_root: str, join_in_worker: bool) -> None:
       out = p | f"Read[{name}]" >> ReadCoco([("train", files[name], files["images"])],
                                             drop_background=True, include_masks=include_masks,
                                             join_in_worker=join_in_worker)
-      for kind, pcoll, text in (("images", out.images, repr),
+      images = out.images | f"Each[{name}]" >> beam.FlatMap(lambda batch: batch)  # batches
+      for kind, pcoll, text in (("images", images, repr),
                                 ("errors", out.errors, lambda e: e.to_json()),
                                 ("categories", out.categories, repr)):
         lines.append(pcoll | f"Text[{name}][{kind}]" >> beam.Map(

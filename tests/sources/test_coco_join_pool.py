@@ -14,6 +14,7 @@ from test_coco_scale import _messy, _spills_left
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.sources import coco
 from beam_tfrecord.sources.coco import join_pool
+from beam_tfrecord.sources.base import BATCH_IMAGES
 from beam_tfrecord.storage import processes
 
 
@@ -25,8 +26,9 @@ def _outputs(path: str, include_masks: bool, **kwargs) -> list:
   for o in join.process(("train", path, os.path.dirname(path))):
     if isinstance(o, beam.pvalue.TaggedOutput):
       out.append((o.tag, repr(o.value)))
-    else:
-      out.append(("images", repr(o)))
+    else:  # a batch of images (sources/base.in_batches)
+      assert 0 < len(o) <= BATCH_IMAGES
+      out += [("images", repr(image)) for image in o]
   return out
 
 

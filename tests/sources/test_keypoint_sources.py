@@ -85,8 +85,9 @@ def test_coco_both_joins(tmp_path, join_in_worker):
   with TestPipeline("FnApiRunner") as p:
     out = p | ReadCoco([("train", str(train), str(tmp_path / "images"))],
                        join_in_worker=join_in_worker)
-    assert_that(out.images | beam.Map(lambda a: (a.key, tuple(
-        (o.label, o.keypoints) for o in a.objects), a.keypoint_names)), equal_to(expected))
+    assert_that(out.images | beam.FlatMap(lambda batch: [(a.key, tuple(  # batches of images
+        (o.label, o.keypoints) for o in a.objects), a.keypoint_names) for a in batch]),
+        equal_to(expected))
     assert_that(out.errors, equal_to([]), label="NoErrors")
 
 

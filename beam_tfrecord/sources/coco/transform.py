@@ -1,11 +1,12 @@
 """ReadCoco: COCO instances JSON files to a SourceOutput, through either join."""
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
 from beam_tfrecord.records.model import ImageAnnotation
+from beam_tfrecord.sources.base import BATCH_IMAGES
 from beam_tfrecord.sources.coco.join import (_duplicate_category, _zero_verdict, file_layout,
                                              join_image)
 from beam_tfrecord.sources.coco.stream import SECTIONS
@@ -49,7 +50,7 @@ class ReadCoco(beam.PTransform):
                | "JoinFiles" >> beam.ParDo(_JoinFile(
                    self.allow_absolute, self.follow_symlinks, self.drop_background,
                    self.include_masks, processes=self.join_processes))
-               .with_output_types(ImageAnnotation).with_outputs(
+               .with_output_types(List[ImageAnnotation]).with_outputs(
                    "categories", "errors", "layouts", main="images"))
       images.append(files.images)
       categories.append(files.categories)
@@ -90,12 +91,15 @@ class ReadCoco(beam.PTransform):
                 | "Join" >> beam.FlatMap(join_image, beam.pvalue.AsDict(by_key),
                                          self.allow_absolute, self.follow_symlinks, by_file)
                 .with_output_types(ImageAnnotation).with_outputs("errors", main="images"))
-      images.append(joined.images)
+      images.append(joined.images | "BatchJoined" >> beam.BatchElements(
+          min_batch_size=BATCH_IMAGES, max_batch_size=BATCH_IMAGES
+      ).with_output_types(List[ImageAnnotation]))  # as registry.batch_images
       errors.append(joined.errors)
     if len(images) > 1:
-      images = [tuple(images) | "Images" >> beam.Flatten().with_output_types(ImageAnnotation)]
+      images = [tuple(images) | "Images" >> beam.Flatten().with_output_types(
+          List[ImageAnnotation])]
     names = by_key | "Names" >> beam.MapTuple(lambda uri_id, name: (name, uri_id[1]))
     if len(layouts) > 1:
       layouts = [tuple(layouts) | "LayoutsOfFiles" >> beam.Flatten()]
     return source_output(images[0], tuple(errors) | "Errors" >> beam.Flatten(), names,
-                         layouts[0])
+                         layouts[0])._replace(batched=True)

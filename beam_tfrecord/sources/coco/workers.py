@@ -3,12 +3,14 @@ the distributed join) and _JoinFile (a whole file in one pass, joined through sp
 the in-process runner), and how a file's bytes reach a parse path (_all_entries)."""
 from __future__ import annotations
 
+import itertools
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
 
 from beam_tfrecord.records.model import ErrorRecord, InputError
 from beam_tfrecord.storage import processes
+from beam_tfrecord.sources.base import in_batches
 from beam_tfrecord.sources.coco.buffer import (MAX_PARTITIONS, PARTITION_BYTES,
                                                SPILL_BUFFER_BYTES, SPILL_PARTITIONS,
                                                _JoinBuffer)
@@ -218,7 +220,7 @@ def _all_entries(uri: str, found: set, bad: List[Tuple[str, InputError]],
 
 
 class _JoinFile(_ParseSection):
-  """(split, json_uri, image_root) -> ImageAnnotation; tagged: categories ((uri, id), name) and
+  """(split, json_uri, image_root) -> lists of at most BATCH_IMAGES ImageAnnotations; tagged: categories ((uri, id), name) and
   errors, as ReadCoco's distributed path gives them, and layouts: (uri, its KeypointLayout or
   None), once.
 
@@ -285,14 +287,13 @@ class _JoinFile(_ParseSection):
       layouts = {uri: layout} if layout is not None else None
       if pool is not None:
         spilled = buffer.spilled()
-        yield from tagged(join_pool.in_processes(pool, (join_pool.JoinTask(
+        yield from in_batches(tagged(join_pool.in_processes(pool, (join_pool.JoinTask(
             *spilled, p, uri, split, image_root, categories, self.allow_absolute,
-            self.follow_symlinks, layouts) for p in range(buffer.partitions))))
+            self.follow_symlinks, layouts) for p in range(buffer.partitions)))))
         return
-      for p in range(buffer.partitions):
-        yield from tagged(join_pool.joined(
-            *buffer.partition(p), uri, split, image_root, categories, self.allow_absolute,
-            self.follow_symlinks, layouts))
+      yield from in_batches(tagged(itertools.chain.from_iterable(join_pool.joined(
+          *buffer.partition(p), uri, split, image_root, categories, self.allow_absolute,
+          self.follow_symlinks, layouts) for p in range(buffer.partitions))))
     finally:
       if pool is not None:
         pool.shutdown()
