@@ -95,18 +95,6 @@ def read(root, config, *, first_id: int, local: bool):
   out, splits = get(config.format).read(root, options_of(config), first_id=first_id,
                                         local=local)
   if not out.batched:
+    from beam_tfrecord.sources.base import batch_images
     out = out._replace(batched=True, images=out.images | "BatchImages" >> batch_images())
   return out, splits
-
-
-def batch_images():
-  """PCollection[ImageAnnotation] -> PCollection[List[ImageAnnotation]]: lists of
-  base.BATCH_IMAGES images, formed within each bundle. Typed: Beam samples element sizes for
-  its metrics, and an untyped batch was sized by pickling each of its images (a sampled batch
-  of 1,000: ~12 ms; typed, records/coders.DataclassCoder's estimate encodes nothing)."""
-  import apache_beam as beam
-
-  from beam_tfrecord.records.model import ImageAnnotation
-  from beam_tfrecord.sources.base import BATCH_IMAGES
-  return beam.BatchElements(min_batch_size=BATCH_IMAGES, max_batch_size=BATCH_IMAGES
-                            ).with_output_types(List[ImageAnnotation])

@@ -11,9 +11,10 @@ and reads pickled (function, task) pairs from its stdin, answering on a pipe of 
 stdout and stderr stay the user's). A pool's processes outlive it: `shutdown` hands them to
 the next pool of the run (the join's to the sort's, the sort's to the writers'), which saves
 each later pool its starts (a start: an interpreter and its imports, ~0.3 CPU-s); `stop_idle`
-ends them when the run ends, and only a process started with the same environment is reused. concurrent.futures.ProcessPoolExecutor was measured first: its workers
-re-import the main module (`beam-tfrecord` imports Beam: +2.5 s per run), fail when that is
-`<stdin>`, and outlive a SIGKILLed run. A process here sees EOF on stdin when the run's
+ends them when the run ends, and only a process started with the same environment is reused.
+concurrent.futures.ProcessPoolExecutor was measured first: its workers re-import the main
+module (`beam-tfrecord` imports Beam: +2.5 s per run), fail when that is `<stdin>`, and
+outlive a SIGKILLed run. A process here sees EOF on stdin when the run's
 process is gone, finishes its task and exits. Beam-free.
 """
 from __future__ import annotations

@@ -36,7 +36,6 @@ from beam_tfrecord.write.shard_writer import (ShardResult, ShardTask,
                                               write_shard)
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Indexing:
   """--plan-from / --incremental: write each shard's index (`index`); compare each shard with

@@ -10,8 +10,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_tfrecord.prepare.locate import PrepareImages
 from beam_tfrecord.records.model import Box, ErrorRecord, ImageAnnotation, ObjectAnnotation
-from beam_tfrecord.sources import registry
 from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE as BOUND
+from beam_tfrecord.sources.base import batch_images
 
 
 def _image(name: str, objects: int) -> ImageAnnotation:
@@ -67,7 +67,7 @@ def test_batches_are_typed_so_beam_sizes_them_without_pickling():
   from beam_tfrecord.records.coders import DataclassCoder
   p = beam.Pipeline("FnApiRunner")
   images = p | beam.Create([_image("a.jpg", 1)]) | beam.Map(copy.copy)  # untyped (Any)
-  formed = images | "Batch" >> registry.batch_images()  # as registry.read batches a source's
+  formed = images | "Batch" >> batch_images()  # as registry.read batches a source's
   batches, _ = formed | PrepareImages(None)
   for pcoll in (formed, batches):  # the batches formed, and the located ones
     coder = beam_coders.registry.get_coder(pcoll.element_type)

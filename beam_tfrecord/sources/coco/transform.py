@@ -6,7 +6,7 @@ from typing import List, Optional, Sequence, Tuple
 import apache_beam as beam
 
 from beam_tfrecord.records.model import ImageAnnotation
-from beam_tfrecord.sources.base import BATCH_IMAGES
+from beam_tfrecord.sources.base import batch_images
 from beam_tfrecord.sources.coco.join import (_duplicate_category, _zero_verdict, file_layout,
                                              join_image)
 from beam_tfrecord.sources.coco.stream import SECTIONS
@@ -17,7 +17,8 @@ class ReadCoco(beam.PTransform):
   """COCO instances JSON files -> SourceOutput.
 
   In: `inputs`, a list of (split or None, json_uri, image_root). Out: one ImageAnnotation per
-  COCO image (images without annotations included), ErrorRecords, and (name, category_id)
+  COCO image (images without annotations included), in lists of at most BATCH_IMAGES
+  (SourceOutput.batched), ErrorRecords, and (name, category_id)
   pairs, so that label ids keep COCO's category ids. With drop_background (no --label-map),
   a category with id 0 is dropped with a warning when no annotation uses it, and a file whose
   annotations use it gives a category_zero_used error, which fails the run (category_zero).
@@ -91,9 +92,7 @@ class ReadCoco(beam.PTransform):
                 | "Join" >> beam.FlatMap(join_image, beam.pvalue.AsDict(by_key),
                                          self.allow_absolute, self.follow_symlinks, by_file)
                 .with_output_types(ImageAnnotation).with_outputs("errors", main="images"))
-      images.append(joined.images | "BatchJoined" >> beam.BatchElements(
-          min_batch_size=BATCH_IMAGES, max_batch_size=BATCH_IMAGES
-      ).with_output_types(List[ImageAnnotation]))  # as registry.batch_images
+      images.append(joined.images | "BatchJoined" >> batch_images())
       errors.append(joined.errors)
     if len(images) > 1:
       images = [tuple(images) | "Images" >> beam.Flatten().with_output_types(

@@ -9,8 +9,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import apache_beam as beam
 
 from beam_tfrecord.records.model import ErrorRecord, InputError
-from beam_tfrecord.storage import processes
 from beam_tfrecord.sources.base import in_batches
+from beam_tfrecord.storage import processes
 from beam_tfrecord.sources.coco.buffer import (MAX_PARTITIONS, PARTITION_BYTES,
                                                SPILL_BUFFER_BYTES, SPILL_PARTITIONS,
                                                _JoinBuffer)
@@ -220,9 +220,9 @@ def _all_entries(uri: str, found: set, bad: List[Tuple[str, InputError]],
 
 
 class _JoinFile(_ParseSection):
-  """(split, json_uri, image_root) -> lists of at most BATCH_IMAGES ImageAnnotations; tagged: categories ((uri, id), name) and
-  errors, as ReadCoco's distributed path gives them, and layouts: (uri, its KeypointLayout or
-  None), once.
+  """(split, json_uri, image_root) -> lists of at most BATCH_IMAGES ImageAnnotations; tagged:
+  categories ((uri, id), name) and errors, as ReadCoco's distributed path gives them, and
+  layouts: (uri, its KeypointLayout or None), once.
 
   The whole file in one pass over its bytes, joined here: one element per image from the
   start, where the distributed path parses the file once per section and meets images and
