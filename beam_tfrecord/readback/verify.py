@@ -54,6 +54,13 @@ def locate_corruption(uri: str) -> Tuple[int, str]:
       index += 1
 
 
+def _tf_message(error) -> str:
+  """TensorFlow's message without the op's wrapping ({{function_node ...}} and [Op:...])."""
+  import re
+  text = " ".join(str(error.message).split())
+  return re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:[^\]]*\].*$", "", text)[:200]
+
+
 def _check_shard(uri: str, name: str, spec: Dict, expected: Optional[int]) -> Tuple[int,
                                                                                     List[str]]:
   """(records parsed, problems) of one shard file."""
@@ -75,6 +82,10 @@ def _check_shard(uri: str, name: str, spec: Dict, expected: Optional[int]) -> Tu
     first = str(e).strip().splitlines()[0][:200]
     problems.append(f"{name}: record {count} does not parse with the manifest's features "
                     f"({first})")
+    return count, problems
+  except tf.errors.OpError as e:  # a directory, a lost connection: a problem, not a traceback
+    problems.append(f"{name}: cannot be read with TensorFlow after record {count} "
+                    f"({_tf_message(e)})")
     return count, problems
   if expected is not None and count != expected:
     problems.append(f"{name}: manifest says {expected} records, the file holds {count}")

@@ -15,6 +15,7 @@ GCS_CONNECTIONS = 32
 @functools.lru_cache(maxsize=1)
 def client():
   """One Cloud Storage client per process, made as Beam's GcsIO makes it."""
+  check_credentials()  # a worker's first gs:// read: one lookup, not Beam's ~30 s of retries
   from apache_beam.io.gcp import gcsio
   client = gcsio.GcsIO().client
   try:
@@ -40,13 +41,18 @@ def check_credentials() -> bool:
   anonymously with a logged traceback; here one lookup decides, one line says what is
   missing and how to set it, and Beam is told to connect anonymously at once (its cached
   answer, pinned by tests/cli/test_private_apis.py). True when credentials were found (or an
-  emulator is configured)."""
+  emulator is configured: it takes none, so Beam connects anonymously at once; on an engine's
+  workers, which the emulator's address reaches through convert-on.sh, Beam's lookup cost each
+  SDK worker ~30 s)."""
   global _CREDENTIALS_CHECKED
   import os
   import sys
-  if _CREDENTIALS_CHECKED or os.environ.get("STORAGE_EMULATOR_HOST"):
+  if _CREDENTIALS_CHECKED:
     return True
   _CREDENTIALS_CHECKED = True
+  if os.environ.get("STORAGE_EMULATOR_HOST"):
+    _anonymous()
+    return True
   import google.auth
   from google.auth.exceptions import DefaultCredentialsError
   try:
@@ -55,7 +61,12 @@ def check_credentials() -> bool:
   except DefaultCredentialsError:
     pass
   print(f"beam-tfrecord: {NO_CREDENTIALS}", file=sys.stderr, flush=True)
+  _anonymous()
+  return False
+
+
+def _anonymous() -> None:
+  """Beam's cached credentials set to none: its clients connect anonymously, with no lookup."""
   from apache_beam.internal.gcp import auth
   with auth._Credentials._credentials_lock:
     auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
-  return False

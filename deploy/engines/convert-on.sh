@@ -56,6 +56,8 @@
 #   SPARK_JOB_SERVER_JAR  the Spark job server jar (default: the one setup.sh spark chose for
 #                         the SDK's version, named in $ENGINES_CACHE/spark/job-server-for-V)
 #   SPARK_MASTER_URL      the Spark master (see --master)
+#   STORAGE_EMULATOR_HOST a Cloud Storage emulator for gs:// (passed on to PROCESS workers,
+#                         with NO_GCE_CHECK; the tests' emulator, or a local rehearsal)
 # Exit status: convert's. The processes started for the job (Prism and its workers; Spark's
 # job server) end with this script; on Spark the executors' SDK workers end with the job.
 set -euo pipefail
@@ -151,11 +153,15 @@ case "$ENV_TYPE" in
     fi
     BEAM_WORKER_WHEELS=${BEAM_WORKER_WHEELS-$BEAM_WORKER_IMAGE-wheels}
     config=$("$PY" -c '
-import json, sys
+import json, os, sys
 command, image, wheels, boot, tmp = sys.argv[1:]
 env = {"BEAM_WORKER_IMAGE": image, "BEAM_BOOT": boot, "BEAM_WORKER_TMP": tmp}
 if wheels:
   env["BEAM_WORKER_WHEELS"] = wheels
+# a Cloud Storage emulator the launcher uses (tests, local rehearsals), the workers use too
+for name in ("STORAGE_EMULATOR_HOST", "NO_GCE_CHECK"):
+  if os.environ.get(name):
+    env[name] = os.environ[name]
 print(json.dumps({"command": command, "env": env}))' \
       "$HERE/worker.sh" "$BEAM_WORKER_IMAGE" "$BEAM_WORKER_WHEELS" "$BEAM_BOOT" "$RUN_TMP")
     # What the job stages, as a Dataflow job would: the project's sdist (Beam's stager builds

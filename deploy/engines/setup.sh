@@ -173,10 +173,28 @@ worker_image() {
     local t0=$SECONDS
     rm -rf "$image"
     "$PY" -m venv "$image" >&2
-    if ! "$image/bin/python" -m pip install --quiet --disable-pip-version-check -c "$constraints" \
-         "apache-beam[gcp]==$BEAM_VERSION" pip setuptools wheel >&2; then
-      rm -rf "$image"; log "worker image: pip install FAILED"; return 1
-    fi
+    # The container's pins as constraints, each X as X.* (X or a post-release of it), and a pin
+    # the index does not serve is dropped, named in the log: on 2026-12-07 this machine's index
+    # served pip 26.2.2.post1 but not the 26.2.2 that Beam 2.78's container pins, nor certifi
+    # 2026.10.23 (pip: "ResolutionImpossible ... The user requested (constraint) pip==26.2.2").
+    sed -E 's/^([A-Za-z0-9_.-]+)==([0-9][0-9A-Za-z.]*)$/\1==\2.*/' "$constraints" > "$image.constraints"
+    local tries=0 refused
+    until "$image/bin/python" -m pip install --progress-bar off --disable-pip-version-check \
+            -c "$image.constraints" "apache-beam[gcp]==$BEAM_VERSION" pip setuptools wheel \
+            >"$image.pip.log" 2>&1; do
+      refused=$(grep -o 'The user requested (constraint) [A-Za-z0-9_.-]*==' "$image.pip.log" | head -1 |
+                sed 's/.* //; s/==$//') || true
+      tries=$((tries + 1))
+      if [ -z "$refused" ] || [ $tries -gt 30 ]; then
+        tail -30 "$image.pip.log" >&2
+        rm -rf "$image" "$image.constraints" "$image.pip.log"; log "worker image: pip install FAILED"; return 1
+      fi
+      log "worker image: WARNING: the index serves no $(grep -i "^$refused==" "$image.constraints" | sed 's/\.\*$//') (the container's pin): left unpinned"
+      grep -iv "^$refused==" "$image.constraints" > "$image.constraints.new"
+      mv "$image.constraints.new" "$image.constraints"
+    done
+    mv "$image.constraints" "$image/.constraints.txt"
+    rm -f "$image.pip.log"
     touch "$image/.complete"
     log "worker image: made in $((SECONDS - t0)) s -> $image ($(du -sh "$image" | cut -f1))"
   fi

@@ -519,6 +519,21 @@ def test_verify_reports_each_tampering_in_one_line(good_copy, capsys, tamper, sa
   assert "Traceback" not in out and out.strip().endswith("FAILED")
 
 
+def test_verify_reports_a_shard_tensorflow_cannot_read_in_one_line(tmp_path):
+  """Any other TensorFlow error reading a shard (an unreachable gs:// host: "Could not resolve
+  host", FailedPreconditionError) ended verify with a traceback; it is one problem line. Shown
+  with a directory where TensorFlow expects the file (locally, verify's own check sees that
+  first, before TensorFlow)."""
+  import tensorflow as tf
+  from beam_tfrecord.readback import verify
+  count, problems = verify._check_shard(str(tmp_path), "train-0.tfrecord",
+                                        {"a": tf.io.FixedLenFeature([], tf.int64)}, 3)
+  assert count == 0 and len(problems) == 1, problems
+  assert problems[0].startswith("train-0.tfrecord: cannot be read with TensorFlow after "
+                                "record 0 (")
+  assert "Is a directory" in problems[0] and "{{" not in problems[0] and "[Op:" not in problems[0]
+
+
 def test_inspect_shows_the_status_first(good_copy, capsys):
   assert cli.main(["inspect", good_copy]) == 0
   assert capsys.readouterr().out.startswith("status: ok\n")
