@@ -21,7 +21,11 @@ setup(
     # stages (MANIFEST.in) but is not installed as a top-level package named `pipelines`
     packages=find_packages(include=["beam_tfrecord", "beam_tfrecord.*"]),
     install_requires=[
-        "apache-beam[gcp]>=2.77,<3",
+        # one Beam version everywhere: the SDK here, Dataflow's images (deploy/dataflow), Prism
+        # and the workers' Python boot (Go modules at the same tag, deploy/engines/setup.sh), and
+        # Beam's Python container pins the engines' worker image follows. A job server must
+        # match its SDK (issue 39, item 5; docs/engines.md#versions); moving this moves them all.
+        "apache-beam[gcp]==2.78.0",
         "tensorflow>=2.16,<3",
         "pillow>=10",
         "pandas>=2",

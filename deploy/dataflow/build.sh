@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the beam-tfrecord Dataflow images and Flex Template spec:
-#   1. worker image   (Dockerfile.worker, FROM apache/beam_python3.11_sdk:2.77.0)
+#   1. worker image   (Dockerfile.worker, FROM apache/beam_python3.11_sdk:2.78.0)
 #   2. launcher image (Dockerfile, FROM gcr.io/dataflow-templates-base/python311-template-launcher-base)
 #   3. the template spec file on GCS (gcloud dataflow flex-template build)
 #

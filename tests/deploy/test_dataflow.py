@@ -485,3 +485,18 @@ def test_cli_dry_run_on_dataflow_exits_0(tmp_path, capsys):
                    *DRY_RUN])
   assert code == 0
   assert "not run" in capsys.readouterr().err
+
+
+def test_one_beam_version_everywhere():
+  """setup.py pins Beam (issue 39, item 5); the Dataflow images, the launcher they build and
+  this venv are at that version: a job graph and its workers' SDK must match."""
+  import importlib.metadata
+  root = os.path.dirname(os.path.dirname(DATAFLOW))
+  [pinned] = re.findall(r'"apache-beam\[gcp\]==([0-9.]+)"', open(os.path.join(root, "setup.py")).read())
+  assert importlib.metadata.version("apache-beam") == pinned
+  for dockerfile in ("Dockerfile", "Dockerfile.worker"):
+    text = open(os.path.join(DATAFLOW, dockerfile)).read()
+    found = set(re.findall(r"apache-beam\[gcp\]==([0-9.]+)|beam_python3\.\d+_sdk:([0-9.]+)|"
+                           r"__version__ == '([0-9.]+)'", text))
+    versions = {v for match in found for v in match if v}
+    assert versions == {pinned}, (dockerfile, versions)
