@@ -21,6 +21,12 @@
 #                      state.
 #            loopback  --environment_type=LOOPBACK: the harness runs inside the launching
 #                      process (quick; hides what PROCESS shows).
+#   --deps   where a PROCESS worker gets the packages setup.py declares (default: image)
+#            image     preinstalled once (setup.sh worker's layer, resolved from the staged
+#                      setup.py), under each worker's venv: boot's pip installs only the staged
+#                      project, as on Dataflow with deploy/dataflow/Dockerfile.worker's image
+#            staged    boot's pip installs them into each worker's venv with the project, as
+#                      on Dataflow with Beam's stock image (~40 s a worker: tensorflow)
 # Example:
 #   bash deploy/engines/setup.sh
 #   bash deploy/engines/convert-on.sh prism -- --format coco --input train=ann.json \
@@ -50,6 +56,7 @@
 #   BEAM_WORKER_IMAGE     the workers' image (default: setup.sh worker's, made if missing)
 #   BEAM_WORKER_WHEELS    the wheels the workers' pip installs from, offline (default: the
 #                         image's wheels folder; empty: the workers' pip uses PyPI)
+#   BEAM_WORKER_DEPS      --deps image: the dependencies layer (default: setup.sh worker's)
 #   ENGINES_CACHE         setup.sh's cache (default ~/.cache/beam-tfrecord/engines)
 #   PRISM                 the prism binary (default: setup.sh's for the SDK's Beam version)
 #   BEAM_BOOT             the Python SDK boot binary (default: setup.sh's, likewise)
@@ -72,6 +79,7 @@ die() { echo "convert-on.sh: $*" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 ENGINE=$1; shift
 ENV_TYPE=process
+DEPS=image
 RUN_SCRIPT=
 MASTER=${SPARK_MASTER_URL:-spark://127.0.0.1:7077}
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
@@ -81,6 +89,8 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     --master) [ $# -ge 2 ] || usage; MASTER=$2; shift 2 ;;
     --master=*) MASTER=${1#--master=}; shift ;;
     --run) [ $# -ge 2 ] || usage; RUN_SCRIPT=$2; shift 2 ;;
+    --deps) [ $# -ge 2 ] || usage; DEPS=$2; shift 2 ;;
+    --deps=*) DEPS=${1#--deps=}; shift ;;
     --run=*) RUN_SCRIPT=${1#--run=}; shift ;;
     -h|--help) usage ;;
     *) die "unknown option $1 before -- (the convert arguments come after --)" ;;
@@ -88,6 +98,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
 done
 [ "${1:-}" = "--" ] || usage
 shift
+case "$DEPS" in image|staged) ;; *) die "unknown --deps $DEPS (image or staged)" ;; esac
 
 PY=${BEAM_TFRECORD_PYTHON:-$REPO/.venv/bin/python}
 [ -x "$PY" ] || die "no python at $PY (set BEAM_TFRECORD_PYTHON)"
@@ -144,31 +155,37 @@ case "$ENV_TYPE" in
   process)
     BEAM_BOOT=${BEAM_BOOT:-$ENGINES_CACHE/python-boot/v$BEAM_VERSION/boot}
     [ -x "$BEAM_BOOT" ] || die "no Python SDK boot at $BEAM_BOOT: run bash deploy/engines/setup.sh"
-    # The workers' image and offline wheels (setup.sh worker: made once, and again when
-    # setup.py changed; quick when there).
+    SETUP_FILE=${BEAM_TFRECORD_SETUP_FILE:-$REPO/setup.py}
+    [ -f "$SETUP_FILE" ] || die "no setup file at $SETUP_FILE"
+    # The workers' image, offline wheels and dependencies layer (setup.sh worker: made once,
+    # and again for another setup.py; quick when there).
     if [ -z "${BEAM_WORKER_IMAGE:-}" ]; then
-      BEAM_WORKER_IMAGE=$(BEAM_PYTHON="$PY" BEAM_VERSION="$BEAM_VERSION" bash "$HERE/setup.sh" worker 2>"$RUN_TMP/setup.log" | tail -1) &&
-        [ -f "$BEAM_WORKER_IMAGE/.complete" ] ||
+      made=$(BEAM_PYTHON="$PY" BEAM_VERSION="$BEAM_VERSION" BEAM_TFRECORD_SETUP_FILE="$SETUP_FILE" \
+             bash "$HERE/setup.sh" worker 2>"$RUN_TMP/setup.log" | tail -2) &&
+        BEAM_WORKER_IMAGE=$(echo "$made" | sed -n 1p) && layer=$(echo "$made" | sed -n 2p) &&
+        [ -f "$BEAM_WORKER_IMAGE/.complete" ] && [ -f "$layer/.complete" ] ||
         { cat "$RUN_TMP/setup.log" >&2; rm -rf "$RUN_TMP"; die "no worker image: bash deploy/engines/setup.sh worker failed"; }
+      [ "$DEPS" = image ] && BEAM_WORKER_DEPS=${BEAM_WORKER_DEPS:-$layer}
     fi
+    [ "$DEPS" = image ] || BEAM_WORKER_DEPS=
     BEAM_WORKER_WHEELS=${BEAM_WORKER_WHEELS-$BEAM_WORKER_IMAGE-wheels}
     config=$("$PY" -c '
 import json, os, sys
-command, image, wheels, boot, tmp = sys.argv[1:]
+command, image, wheels, deps, boot, tmp = sys.argv[1:]
 env = {"BEAM_WORKER_IMAGE": image, "BEAM_BOOT": boot, "BEAM_WORKER_TMP": tmp}
 if wheels:
   env["BEAM_WORKER_WHEELS"] = wheels
+if deps:
+  env["BEAM_WORKER_DEPS"] = deps
 # a Cloud Storage emulator the launcher uses (tests, local rehearsals), the workers use too
 for name in ("STORAGE_EMULATOR_HOST", "NO_GCE_CHECK"):
   if os.environ.get(name):
     env[name] = os.environ[name]
 print(json.dumps({"command": command, "env": env}))' \
-      "$HERE/worker.sh" "$BEAM_WORKER_IMAGE" "$BEAM_WORKER_WHEELS" "$BEAM_BOOT" "$RUN_TMP")
+      "$HERE/worker.sh" "$BEAM_WORKER_IMAGE" "$BEAM_WORKER_WHEELS" "${BEAM_WORKER_DEPS:-}" "$BEAM_BOOT" "$RUN_TMP")
     # What the job stages, as a Dataflow job would: the project's sdist (Beam's stager builds
     # it from setup.py), which boot pip-installs into each worker's fresh venv with the
     # dependencies setup.py declares.
-    SETUP_FILE=${BEAM_TFRECORD_SETUP_FILE:-$REPO/setup.py}
-    [ -f "$SETUP_FILE" ] || die "no setup file at $SETUP_FILE"
     # The stager runs `setup.py sdist` in the setup file's folder, which makes a
     # beam-tfrecord-V/ tree and the egg-info there: two conversions launched at once raced on
     # them ("No such file or directory: 'beam-tfrecord-0.1.0/beam_tfrecord/storage'"). So the

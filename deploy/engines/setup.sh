@@ -4,7 +4,8 @@
 #
 #   bash deploy/engines/setup.sh [prism|spark|worker]        (default: prism)
 #
-# worker: only the PROCESS workers' image and wheels (below; prism and spark make them too)
+# worker: only the PROCESS workers' image and wheels (below; prism and spark make them too),
+#         and the dependencies layer (prints the image, then the layer)
 #
 # prism: two Go modules, built with `go install` from the Go module proxy (GOPROXY as
 # configured; https://proxy.golang.org by default) at the Beam SDK's own version, read from the
@@ -45,7 +46,9 @@
 #   ENGINES_CACHE   cache folder (default ~/.cache/beam-tfrecord/engines)
 #   BEAM_PYTHON     the Python whose apache-beam version is matched (default: the
 #                   repository's .venv/bin/python, else python3)
-#   BEAM_VERSION    the version to build (e.g. 2.77.0) instead of asking Python
+#   BEAM_VERSION    the version to build (e.g. 2.78.0) instead of asking Python
+#   BEAM_TFRECORD_SETUP_FILE  worker: the setup.py whose dependencies the workers get
+#                   (default the repository's)
 #   SPARK_VERSION   spark: the pyspark / Spark version (default 3.5.0)
 #   MVN             spark: the Maven command (default mvn)
 # Prints the paths of what it made on stdout (prism: prism, boot, the worker image; spark:
@@ -55,6 +58,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
+# the project the workers get: the folder of the setup.py a job stages (convert-on.sh's)
+PROJECT=$(cd "$(dirname "${BEAM_TFRECORD_SETUP_FILE:-$REPO/setup.py}")" && pwd)
 ENGINES_CACHE=${ENGINES_CACHE:-$HOME/.cache/beam-tfrecord/engines}
 ENGINE=${1:-prism}
 MODULE=github.com/apache/beam/sdks/v2
@@ -155,7 +160,7 @@ worker_image() {
   pyxy=${pyv/./}
   image="$ENGINES_CACHE/worker-image/py$pyv-beam$BEAM_VERSION"
   wheels="$image-wheels"
-  sha=$(sha256sum "$REPO/setup.py" | cut -c1-16)
+  sha=$(sha256sum "$PROJECT/setup.py" | cut -c1-16)
   if [ -f "$image/.complete" ] && [ -f "$wheels/.for-$sha" ]; then
     log "worker image py$pyv Beam $BEAM_VERSION: already there ($image; wheels for setup.py $sha)"
     echo "$image"
@@ -207,8 +212,8 @@ worker_image() {
     "$image/bin/python" -c 'import sys, sysconfig; print("import site; site.addsitedir(%r)" % sysconfig.get_path("purelib"))' \
       > "$site/00-beam-worker-image.pth"
     if ! (cd "$probe" && "$probe/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-            --no-build-isolation --dry-run --report "$probe/report.json" "$REPO" >&2); then
-      rm -rf "$probe"; log "worker wheels: pip install --dry-run of $REPO FAILED"; return 1
+            --no-build-isolation --dry-run --report "$probe/report.json" "$PROJECT" >&2); then
+      rm -rf "$probe"; log "worker wheels: pip install --dry-run of $PROJECT FAILED"; return 1
     fi
     "$PY" -c '
 import json, sys
@@ -229,8 +234,38 @@ for item in json.load(open(sys.argv[1]))["install"]:
   echo "$image"
 }
 
+# deps_layer IMAGE: the packages setup.py needs over the image (its wheels' pins), installed
+# once into $IMAGE-deps/SHA/ (pip --target), for worker.sh to put under each worker's venv
+# beside the image (convert-on.sh --deps image, the default): a worker's pip then finds them
+# installed and installs only the staged project, as on Dataflow with a worker image that has
+# the project's dependencies (deploy/dataflow/Dockerfile.worker). Made from the staged
+# setup.py's own resolution: a dependency it does not declare is not there.
+deps_layer() {
+  local image=$1 sha layer tmp t0=$SECONDS
+  sha=$(sha256sum "$PROJECT/setup.py" | cut -c1-16)
+  layer="$image-deps/$sha"
+  mkdir -p "$image-deps"
+  exec 8>"$image-deps/.lock"
+  flock 8   # runs at once: one makes the layer, the others wait and use it
+  if [ ! -f "$layer/.complete" ]; then
+    tmp=$(mktemp -d "$image-deps/.make.XXXXXX")
+    log "worker dependencies: pip install --target of the $(wc -l < "$image-wheels/.for-$sha") packages setup.py ($sha) needs over the image ..."
+    if ! "$image/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+         --no-index --no-compile --find-links "$image-wheels" --target "$tmp" \
+         -r "$image-wheels/.for-$sha" >&2; then
+      rm -rf "$tmp"; log "worker dependencies: pip install FAILED"; return 1
+    fi
+    touch "$tmp/.complete"
+    rm -rf "$layer"; mv "$tmp" "$layer"
+    log "worker dependencies: in $((SECONDS - t0)) s -> $layer ($(du -sh "$layer" | cut -f1))"
+  fi
+  echo "$layer"
+}
+
 if [ "$ENGINE" = worker ]; then
-  worker_image
+  image=$(worker_image | tail -1)
+  echo "$image"
+  deps_layer "$image"
   exit 0
 fi
 

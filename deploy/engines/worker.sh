@@ -34,6 +34,11 @@
 #   BEAM_WORKER_IMAGE    the worker image (a venv setup.sh made)
 #   BEAM_WORKER_WHEELS   the wheels folder boot's pip installs from (offline); unset: PyPI
 #   BEAM_WORKER_TMP      where each worker's folder (staged files, venv) is made (default TMPDIR)
+#   BEAM_WORKER_DEPS     the dependencies layer (setup.sh worker; convert-on.sh --deps image):
+#                        the packages setup.py needs, put under the venv before the image, so
+#                        that boot's pip installs only the staged project (as with Dataflow's
+#                        worker image, deploy/dataflow/Dockerfile.worker); unset: boot's pip
+#                        installs them too, from the wheels
 set -euo pipefail
 
 : "${BEAM_WORKER_IMAGE:?BEAM_WORKER_IMAGE must name the worker image (setup.sh worker)}"
@@ -59,7 +64,8 @@ export PYTHONNOUSERSITE=1
 "$BEAM_WORKER_IMAGE/bin/python" -m venv --without-pip "$semi/venv"
 "$BEAM_WORKER_IMAGE/bin/python" -c '
 import sys, sysconfig
-print("import site; site.addsitedir(%r)" % sysconfig.get_path("purelib"))' \
+layers = [d for d in sys.argv[1:] if d] + [sysconfig.get_path("purelib")]
+print("import site; " + "; ".join("site.addsitedir(%r)" % d for d in layers))' "${BEAM_WORKER_DEPS:-}" \
   > "$("$semi/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/00-beam-worker-image.pth"
 export VIRTUAL_ENV="$semi/venv" PATH="$semi/venv/bin:$PATH"
 export RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1 PIP_NO_COMPILE=1 PIP_DISABLE_PIP_VERSION_CHECK=1

@@ -3,11 +3,13 @@
 deploy/engines/convert-on.sh stages the project with --setup_file (Beam's stager builds its
 sdist), and worker.sh gives each SDK worker a fresh venv over the worker image (apache-beam at
 the SDK's version, pinned as Beam's container pins it) into which Beam's boot pip-installs the
-staged sdist and what setup.py declares. Two checks, on Prism:
+staged sdist, and what setup.py declares comes from a layer made for that setup.py
+(--deps image, the default) or is installed by that pip too (--deps staged). Two checks, on
+Prism:
 - a probe pipeline reports the worker's interpreter: its venv is not the project's, nothing of
   the repository or the launcher's venv is on its path, beam_tfrecord comes from the staged
-  sdist, apache_beam from the image, and the venv holds only beam-tfrecord and the
-  dependencies setup.py brought (no pytest, no dev extras);
+  sdist, apache_beam from the image, and the venv holds only beam-tfrecord (and, staged, the
+  dependencies setup.py brought; no pytest, no dev extras);
 - a setup.py without pycocotools (a copy of the project's, one line removed) makes a
   conversion with --include-masks fail on the engine, with a non-zero exit, pycocotools named
   in the error, and no output, while the launcher (the project's venv) has pycocotools.
@@ -19,6 +21,7 @@ after `bash deploy/engines/setup.sh`.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -55,6 +58,7 @@ def probe(_):
       "beam_tfrecord": beam_tfrecord.__file__, "apache_beam": apache_beam.__file__,
       "pytest": importlib.util.find_spec("pytest") is not None,
       "pycocotools": importlib.util.find_spec("pycocotools") is not None,
+      "tensorflow": importlib.util.find_spec("tensorflow").origin,
       "PYTHONPATH": os.environ.get("PYTHONPATH"),
   })
 
@@ -89,13 +93,16 @@ def _env(**extra) -> dict:
   return env
 
 
-def test_the_worker_runs_only_what_the_job_staged(tmp_path):
+@pytest.mark.parametrize("deps", ["image", "staged"])
+def test_the_worker_runs_only_what_the_job_staged(tmp_path, deps):
+  """--deps image (the default): setup.py's dependencies from the layer setup.sh made for it,
+  the project from the staged sdist; --deps staged: both installed by boot's pip."""
   script = tmp_path / "probe.py"
   script.write_text(PROBE)
   out = tmp_path / "probe.json"
   done = subprocess.run(
-      ["bash", str(compare_runners.CONVERT_ON), "prism", "--run", str(script), "--",
-       str(out)], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+      ["bash", str(compare_runners.CONVERT_ON), "prism", "--deps", deps, "--run", str(script),
+       "--", str(out)], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stderr[-5000:]
   seen = json.loads(out.read_text())
   venv = Path(seen["prefix"])
@@ -117,15 +124,23 @@ def test_the_worker_runs_only_what_the_job_staged(tmp_path):
   pins = {line.split("==")[0].lower().replace("_", "-")
           for stamp in images.glob("*-wheels/.for-*") for line in stamp.read_text().split()}
   assert "beam-tfrecord" in seen["in_venv"], seen["in_venv"]
-  assert "tensorflow" in seen["in_venv"] and "pycocotools" in seen["in_venv"], seen["in_venv"]
-  assert set(seen["in_venv"]) - {"beam-tfrecord"} <= pins, set(seen["in_venv"]) - pins
+  assert seen["pycocotools"] is True
+  if deps == "staged":
+    assert "tensorflow" in seen["in_venv"] and "pycocotools" in seen["in_venv"], seen["in_venv"]
+    assert set(seen["in_venv"]) - {"beam-tfrecord"} <= pins, set(seen["in_venv"]) - pins
+  else:  # the venv holds the project alone; its dependencies come from the layer
+    assert seen["in_venv"] == ["beam-tfrecord"], seen["in_venv"]
+    sha = hashlib.sha256((REPO / "setup.py").read_bytes()).hexdigest()[:16]
+    layer = next(images.glob(f"*-deps/{sha}"))
+    assert seen["tensorflow"].startswith(f"{layer}/tensorflow/"), seen["tensorflow"]
   # a dev extra of the project's venv (not in install_requires) is not on the worker
   assert seen["pytest"] is False
 
 
 def test_a_dependency_missing_from_setup_py_fails_on_the_engine(tmp_path):
   """The staged package lacks pycocotools (its setup.py's install_requires without it): the
-  conversion with --include-masks must fail on the engine, as it would on Dataflow."""
+  conversion with --include-masks must fail on the engine, as it would on Dataflow. With the
+  default --deps image too: the layer is made from the staged setup.py's own resolution."""
   project = tmp_path / "project"
   shutil.copytree(REPO / "beam_tfrecord", project / "beam_tfrecord",
                   ignore=shutil.ignore_patterns("__pycache__"))
