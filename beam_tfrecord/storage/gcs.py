@@ -15,7 +15,9 @@ GCS_CONNECTIONS = 32
 @functools.lru_cache(maxsize=1)
 def client():
   """One Cloud Storage client per process, made as Beam's GcsIO makes it."""
-  check_credentials()  # a worker's first gs:// read: one lookup, not Beam's ~30 s of retries
+  # a worker's first gs:// read: one lookup, not Beam's ~30 s of retries (quiet: the
+  # launcher's CLI said it once)
+  check_credentials(quiet=True)
   from apache_beam.io.gcp import gcsio
   client = gcsio.GcsIO().client
   try:
@@ -34,7 +36,7 @@ NO_CREDENTIALS = ("no Google Cloud credentials found (set GOOGLE_APPLICATION_CRE
                   "works for public buckets only")
 
 
-def check_credentials() -> bool:
+def check_credentials(quiet: bool = False) -> bool:
   """Look for Application Default Credentials once per process, before Beam does.
 
   Without them, Beam's own lookup retried with backoff for ~30 s and then connected
@@ -60,7 +62,8 @@ def check_credentials() -> bool:
     return True
   except DefaultCredentialsError:
     pass
-  print(f"beam-tfrecord: {NO_CREDENTIALS}", file=sys.stderr, flush=True)
+  if not quiet:
+    print(f"beam-tfrecord: {NO_CREDENTIALS}", file=sys.stderr, flush=True)
   _anonymous()
   return False
 

@@ -283,6 +283,36 @@ def test_no_credentials_is_one_line_at_once(tmp_path):
   assert lines == [f"beam-tfrecord: {gcs.NO_CREDENTIALS}"]
 
 
+def test_with_an_emulator_beam_connects_anonymously_without_a_lookup(tmp_path):
+  """An emulator takes no credentials: check_credentials tells Beam so at once, and so does
+  the Cloud Storage client on its first use in a process that never ran the CLI (an engine's
+  SDK worker, which the emulator's address reaches through deploy/engines/convert-on.sh: each
+  waited out Beam's ~30 s lookup). No google.auth.default() call, no network, no line."""
+  code = ("import json, sys\n"
+          "network = []\n"
+          "def audit(event, args):\n"
+          "  if event == 'socket.connect':\n"
+          "    network.append(repr(args[1]))\n"
+          "sys.addaudithook(audit)\n"
+          "import google.auth\n"
+          "lookups, default = [], google.auth.default\n"
+          "google.auth.default = lambda *a, **k: lookups.append(a) or default(*a, **k)\n"
+          "from beam_tfrecord.storage import gcs\n"
+          "gcs.client()\n"
+          "from apache_beam.internal.gcp import auth\n"
+          "from apache_beam.options.pipeline_options import PipelineOptions\n"
+          "creds = auth._Credentials.get_service_credentials(PipelineOptions([]))\n"
+          "print(json.dumps([gcs.check_credentials(), repr(creds), len(lookups), network]))\n")
+  env = {k: v for k, v in os.environ.items() if k != "GOOGLE_APPLICATION_CREDENTIALS"}
+  env.update(HOME=str(tmp_path), CLOUDSDK_CONFIG=str(tmp_path / "gcloud"), NO_GCE_CHECK="true",
+             STORAGE_EMULATOR_HOST="http://127.0.0.1:9")  # nothing listens: never asked
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300)  # bounds a hang only
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert json.loads(result.stdout.splitlines()[-1]) == [True, "None", 0, []]
+  assert "beam-tfrecord:" not in result.stderr
+
+
 def test_a_runs_scratch_on_gs_is_removed_and_nothing_else(emulator):
   """Runners other than the local ones write the plan's sorted runs into the run directory
   (gs:// on Dataflow): Finalize removes them (output.remove_work), and only them."""
