@@ -8,9 +8,14 @@
 #            spark: a Spark cluster (SparkRunner: Beam's Spark job server, the jar setup.sh
 #            spark fetched or assembled, started for the job as the Spark driver; its
 #            executors on the cluster's workers run the stages). Start a local cluster with
-#            `bash deploy/engines/cluster.sh start spark`. (flink: a later part of issue 39)
-#   --master the Spark master (spark only; default $SPARK_MASTER_URL, else
-#            spark://127.0.0.1:7077, cluster.sh's)
+#            `bash deploy/engines/cluster.sh start spark`.
+#            flink: a Flink session cluster (FlinkRunner: Beam's Flink job server, the jar
+#            setup.sh flink assembled, started for the job; it submits the job to the
+#            cluster's JobManager, whose TaskManagers run the stages). Start a local cluster
+#            with `bash deploy/engines/cluster.sh start flink`.
+#   --master the Spark master (default $SPARK_MASTER_URL, else spark://127.0.0.1:7077,
+#            cluster.sh's), or the Flink JobManager's REST address (default $FLINK_MASTER,
+#            else 127.0.0.1:8091, cluster.sh's)
 #   --run    SCRIPT: run that Python pipeline script (which takes Beam's options) with the
 #            same runner and worker options, instead of convert (the tests' probes use it)
 #   --env    the SDK harness's environment (default: process)
@@ -63,6 +68,9 @@
 #   SPARK_JOB_SERVER_JAR  the Spark job server jar (default: the one setup.sh spark chose for
 #                         the SDK's version, named in $ENGINES_CACHE/spark/job-server-for-V)
 #   SPARK_MASTER_URL      the Spark master (see --master)
+#   FLINK_JOB_SERVER_JAR  the Flink job server jar (default: setup.sh flink's, named in
+#                         $ENGINES_CACHE/flink/job-server-for-V)
+#   FLINK_MASTER          the Flink JobManager (see --master)
 #   STORAGE_EMULATOR_HOST a Cloud Storage emulator for gs:// (passed on to PROCESS workers,
 #                         with NO_GCE_CHECK; the tests' emulator, or a local rehearsal)
 # Exit status: convert's. The processes started for the job (Prism and its workers; Spark's
@@ -81,7 +89,7 @@ ENGINE=$1; shift
 ENV_TYPE=process
 DEPS=image
 RUN_SCRIPT=
-MASTER=${SPARK_MASTER_URL:-spark://127.0.0.1:7077}
+MASTER=
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case "$1" in
     --env) [ $# -ge 2 ] || usage; ENV_TYPE=$2; shift 2 ;;
@@ -112,6 +120,7 @@ case "$ENGINE" in
     beam_args=(--runner=PrismRunner "--prism_location=$PRISM")
     engine_is=$PRISM ;;
   spark)
+    MASTER=${MASTER:-${SPARK_MASTER_URL:-spark://127.0.0.1:7077}}
     if [ -z "${SPARK_JOB_SERVER_JAR:-}" ]; then
       pointer="$ENGINES_CACHE/spark/job-server-for-$BEAM_VERSION"
       [ -f "$pointer" ] || die "no Spark job server for Beam $BEAM_VERSION: run bash deploy/engines/setup.sh spark"
@@ -143,8 +152,25 @@ case "$ENGINE" in
                     --job_server_jvm_property=-Dspark.driver.bindAddress=127.0.0.1) ;;
     esac
     engine_is="$SPARK_JOB_SERVER_JAR on $MASTER" ;;
-  flink) die "$ENGINE: not yet (issue 39, a later part); prism and spark for now" ;;
-  *) die "unknown engine $ENGINE (known: prism, spark)" ;;
+  flink)
+    MASTER=${MASTER:-${FLINK_MASTER:-127.0.0.1:8091}}
+    if [ -z "${FLINK_JOB_SERVER_JAR:-}" ]; then
+      pointer="$ENGINES_CACHE/flink/job-server-for-$BEAM_VERSION"
+      [ -f "$pointer" ] || die "no Flink job server for Beam $BEAM_VERSION: run bash deploy/engines/setup.sh flink"
+      FLINK_JOB_SERVER_JAR=$(cat "$pointer")
+    fi
+    [ -f "$FLINK_JOB_SERVER_JAR" ] || die "no Flink job server jar at $FLINK_JOB_SERVER_JAR: run bash deploy/engines/setup.sh flink"
+    curl -fsS --max-time 5 "http://$MASTER/overview" >/dev/null 2>&1 ||
+      die "no Flink JobManager answers at http://$MASTER: bash deploy/engines/cluster.sh start flink (or --master HOST:PORT)"
+    # FlinkRunner starts `java -jar JAR --flink-master MASTER --job-port ...` for the job and
+    # stops it at the end; the job goes to the cluster through the JobManager's REST API.
+    # --flink_version: the runner in the jar (beam-runners-flink-1.19).
+    flink_minor=$(basename "$FLINK_JOB_SERVER_JAR" | sed -n 's/^beam-runners-flink-\([0-9.]*\)-job-server-.*/\1/p')
+    beam_args=(--runner=FlinkRunner "--flink_master=$MASTER"
+               "--flink_job_server_jar=$FLINK_JOB_SERVER_JAR" "--flink_version=${flink_minor:-1.19}"
+               --parallelism=2)
+    engine_is="$FLINK_JOB_SERVER_JAR on $MASTER" ;;
+  *) die "unknown engine $ENGINE (known: prism, spark, flink)" ;;
 esac
 
 # One folder for this run's engine scratch (the workers' staged files), removed at the end.

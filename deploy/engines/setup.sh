@@ -67,9 +67,8 @@ MODULE=github.com/apache/beam/sdks/v2
 log() { echo "setup.sh: $*" >&2; }
 
 case "$ENGINE" in
-  prism|spark|worker) ;;
-  flink) log "$ENGINE: not set up by this script yet (issue 39, a later part)"; exit 2 ;;
-  *) log "unknown engine '$ENGINE' (known: prism, spark, worker)"; exit 2 ;;
+  prism|spark|flink|worker) ;;
+  *) log "unknown engine '$ENGINE' (known: prism, spark, flink, worker)"; exit 2 ;;
 esac
 
 PY=${BEAM_PYTHON:-}
@@ -276,7 +275,101 @@ if [ "$ENGINE" = prism ]; then
   exit 0
 fi
 
-# ---------------------------------------------------------------------------------- spark
+# ------------------------------------------------------------- the engines' job servers
+# job_server NAME CACHE JOB_SERVER_ARTIFACT RUNNER_ARTIFACT POM ENGINE_STAMP MVN_DEFINES...:
+# the job server jar of engine NAME for the SDK's version: Beam's own (mvn dependency:copy),
+# else assembled from the runner with POM (Beam's modules at the newest listed version that
+# resolves); CACHE/job-server-for-V names it. mvn's output goes to a log in the build folder,
+# shown on failure.
+job_server() {
+local name=$1 cache=$2 JOB_SERVER_ARTIFACT=$3 RUNNER_ARTIFACT=$4 pom=$5 stamp=$6
+shift 6
+local defines=("$@") pointer POM_SUM jar found="" dir repo listed tried v t0
+local base=${JOB_SERVER_ARTIFACT##*:}
+pointer="$cache/job-server-for-$BEAM_VERSION"
+# an assembled jar is made again when its pom (or the engine version) changed since
+POM_SUM=$(sha256sum "$pom" | cut -c1-16)
+if [ -f "$pointer" ] && [ -f "$(cat "$pointer")" ]; then
+  jar=$(cat "$pointer")
+  case "$jar" in
+    *-assembled.jar) [ "$(cat "$jar.pom-sum" 2>/dev/null)" = "$POM_SUM-$stamp" ] ||
+                       { log "$name job server: $jar was assembled from another pom or engine version: again"; jar=""; } ;;
+  esac
+  if [ -n "$jar" ]; then
+    log "$name job server for Beam $BEAM_VERSION: already there ($jar)"
+    echo "$jar"
+    return 0
+  fi
+fi
+
+mkdir -p "$cache/job-server"
+work=$(mktemp -d "$cache/job-server/.build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# mvn_quiet LOG ARGS...: mvn -B ARGS, its output into $work/LOG; status mvn's
+mvn_quiet() { local log=$1; shift; "$MVN" -B -Dstyle.color=never "$@" >"$work/$log" 2>&1; }
+mvn_said() { grep -E '^\[ERROR\] (Failed|Could not|Couldn)' "$work/$1" | head -2 | cut -c1-400 | sed 's/^/    /' >&2; }
+
+# 1. Beam's own job server jar at the SDK's version
+log "$name job server: mvn dependency:copy $JOB_SERVER_ARTIFACT:$BEAM_VERSION ..."
+if mvn_quiet copy.log -U dependency:copy "-Dartifact=$JOB_SERVER_ARTIFACT:$BEAM_VERSION" \
+     "-DoutputDirectory=$work/copy" -Dmdep.useBaseVersion=true; then
+  dir="$cache/job-server/v$BEAM_VERSION"
+  mkdir -p "$dir"
+  mv "$work/copy/$base-$BEAM_VERSION.jar" "$dir/"
+  found="$dir/$base-$BEAM_VERSION.jar"
+else
+  log "$name job server: $JOB_SERVER_ARTIFACT:$BEAM_VERSION was REFUSED; mvn said:"
+  mvn_said copy.log
+  # 2. assembled from the runner: the versions Maven Central lists for it (its
+  #    maven-metadata.xml, read by resolving a version range), newest <= the SDK's first
+  cat > "$work/probe.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
+<groupId>probe</groupId><artifactId>probe</artifactId><version>1</version><packaging>pom</packaging>
+<dependencies><dependency><groupId>org.apache.beam</groupId><artifactId>${RUNNER_ARTIFACT##*:}</artifactId>
+<version>[2.0.0,$BEAM_VERSION]</version><type>pom</type>
+<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>
+</dependency></dependencies></project>
+POM
+  mvn_quiet probe.log -U -f "$work/probe.xml" dependency:resolve -DexcludeTransitive=true || true
+  repo=$("$MVN" -B -q -Dstyle.color=never help:evaluate -Dexpression=settings.localRepository -DforceStdout 2>/dev/null |
+        sed 's/\x1b\[[0-9;]*m//g' || true)  # (mvn 3.8 colours even -B -q output)
+  repo=${repo:-$HOME/.m2/repository}
+  listed=$(cat "$repo/org/apache/beam/${RUNNER_ARTIFACT##*:}/"maven-metadata-*.xml 2>/dev/null |
+           grep -o '<version>[0-9][0-9.]*</version>' | sed 's/<[^>]*>//g' | sort -uV |
+           awk -v v="$BEAM_VERSION" 'BEGIN { split(v, b, ".") }
+             { split($0, a, "."); k = a[1] * 1e6 + a[2] * 1e3 + a[3]; if (k <= b[1] * 1e6 + b[2] * 1e3 + b[3]) print }' |
+           sort -rV) || true
+  [ -n "$listed" ] || { log "$name job server: Maven Central lists no version of $RUNNER_ARTIFACT <= $BEAM_VERSION"; return 1; }
+  log "$name job server: $RUNNER_ARTIFACT versions listed <= $BEAM_VERSION: $(echo $listed | cut -c1-200)"
+  tried=0
+  for v in $listed; do
+    [ $tried -lt 4 ] || break
+    tried=$((tried + 1))
+    log "$name job server: assembling from $RUNNER_ARTIFACT:$v ($stamp; mvn package of $(basename "$pom")) ..."
+    t0=$SECONDS
+    if mvn_quiet "shade-$v.log" -U -f "$pom" package \
+         "-Dbeam.version=$v" "${defines[@]}" "-DbuildDir=$work/target-$v"; then
+      dir="$cache/job-server/v$v"
+      mkdir -p "$dir"
+      mv "$work/target-$v/$name-job-server.jar" "$dir/$base-$v-assembled.jar"
+      found="$dir/$base-$v-assembled.jar"
+      echo "$POM_SUM-$stamp" > "$found.pom-sum"
+      log "$name job server: assembled in $((SECONDS - t0)) s"
+      [ "$v" = "$BEAM_VERSION" ] ||
+        log "WARNING: the $name job server is Beam $v, the SDK is $BEAM_VERSION (issue 39, item 5)"
+      break
+    fi
+    log "$name job server: $RUNNER_ARTIFACT:$v could not be assembled; mvn said:"
+    mvn_said "shade-$v.log"
+  done
+fi
+[ -n "$found" ] || { log "$name job server: nothing served near Beam $BEAM_VERSION could be had"; return 1; }
+echo "$found" > "$pointer"
+echo "$found"
+}
+
+if [ "$ENGINE" = spark ]; then
 build_matching python-boot "$MODULE/python/container" boot
 worker_image
 
@@ -308,88 +401,52 @@ else
 fi
 echo "$pyspark_dir/pyspark"
 
-# The job server jar. mvn's own output goes to a log in the build folder, shown on failure.
-JOB_SERVER_ARTIFACT=org.apache.beam:beam-runners-spark-3-job-server
-RUNNER_ARTIFACT=org.apache.beam:beam-runners-spark-3
-pointer="$SPARK_CACHE/job-server-for-$BEAM_VERSION"
-# an assembled jar is made again when spark-job-server.pom.xml changed since
-POM_SUM=$(sha256sum "$HERE/spark-job-server.pom.xml" | cut -c1-16)
-if [ -f "$pointer" ] && [ -f "$(cat "$pointer")" ]; then
-  jar=$(cat "$pointer")
-  case "$jar" in
-    *-assembled.jar) [ "$(cat "$jar.pom-sum" 2>/dev/null)" = "$POM_SUM-$SPARK_VERSION" ] ||
-                       { log "spark job server: $jar was assembled from another pom or Spark: again"; jar=""; } ;;
-  esac
-  if [ -n "$jar" ]; then
-    log "spark job server for Beam $BEAM_VERSION: already there ($jar)"
-    echo "$jar"
-    exit 0
-  fi
+job_server spark "$SPARK_CACHE" org.apache.beam:beam-runners-spark-3-job-server \
+  org.apache.beam:beam-runners-spark-3 "$HERE/spark-job-server.pom.xml" "$SPARK_VERSION" \
+  "-Dspark.version=$SPARK_VERSION"
+exit $?
 fi
 
-mkdir -p "$SPARK_CACHE/job-server"
-work=$(mktemp -d "$SPARK_CACHE/job-server/.build.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# ---------------------------------------------------------------------------------- flink
+build_matching python-boot "$MODULE/python/container" boot
+worker_image
 
-# mvn_quiet LOG ARGS...: mvn -B ARGS, its output into $work/LOG; status mvn's
-mvn_quiet() { local log=$1; shift; "$MVN" -B -Dstyle.color=never "$@" >"$work/$log" 2>&1; }
-mvn_said() { grep -E '^\[ERROR\] (Failed|Could not|Couldn)' "$work/$1" | head -2 | cut -c1-400 | sed 's/^/    /' >&2; }
+FLINK_VERSION=${FLINK_VERSION:-1.19.0}
+FLINK_MINOR=${FLINK_VERSION%.*}
+FLINK_CACHE="$ENGINES_CACHE/flink"
+MVN=${MVN:-mvn}
+command -v java >/dev/null || { log "java is not on PATH (Flink and its job server are JVM programs)"; exit 1; }
+command -v "$MVN" >/dev/null || { log "$MVN is not on PATH (the job server comes from Maven Central)"; exit 1; }
 
-found=""
-# 1. Beam's own job server jar at the SDK's version
-log "spark job server: mvn dependency:copy $JOB_SERVER_ARTIFACT:$BEAM_VERSION ..."
-if mvn_quiet copy.log -U dependency:copy "-Dartifact=$JOB_SERVER_ARTIFACT:$BEAM_VERSION" \
-     "-DoutputDirectory=$work/copy" -Dmdep.useBaseVersion=true; then
-  dir="$SPARK_CACHE/job-server/v$BEAM_VERSION"
-  mkdir -p "$dir"
-  mv "$work/copy/beam-runners-spark-3-job-server-$BEAM_VERSION.jar" "$dir/"
-  found="$dir/beam-runners-spark-3-job-server-$BEAM_VERSION.jar"
+# Flink's jars from PyPI: apache-flink-libraries (an sdist: downloaded and unpacked, not
+# built) carries lib/ (flink-dist, log4j) and bin/bash-java-utils.jar (which computes a
+# TaskManager's memory options, as Flink's scripts ask it); cluster.sh starts the JVMs.
+flink_dir="$FLINK_CACHE/flink-$FLINK_VERSION"
+if [ -f "$flink_dir/lib/flink-dist-$FLINK_VERSION.jar" ] && [ -f "$flink_dir/bash-java-utils.jar" ]; then
+  log "flink $FLINK_VERSION: already there ($flink_dir)"
 else
-  log "spark job server: $JOB_SERVER_ARTIFACT:$BEAM_VERSION was REFUSED; mvn said:"
-  mvn_said copy.log
-  # 2. assembled from the runner: the versions Maven Central lists for it (its
-  #    maven-metadata.xml, read by resolving a version range), newest <= the SDK's first
-  cat > "$work/probe.xml" <<POM
-<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
-<groupId>probe</groupId><artifactId>probe</artifactId><version>1</version><packaging>pom</packaging>
-<dependencies><dependency><groupId>org.apache.beam</groupId><artifactId>beam-runners-spark-3</artifactId>
-<version>[2.0.0,$BEAM_VERSION]</version><type>pom</type>
-<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>
-</dependency></dependencies></project>
-POM
-  mvn_quiet probe.log -U -f "$work/probe.xml" dependency:resolve -DexcludeTransitive=true || true
-  repo=$("$MVN" -B -q -Dstyle.color=never help:evaluate -Dexpression=settings.localRepository -DforceStdout 2>/dev/null |
-        sed 's/\x1b\[[0-9;]*m//g' || true)  # (mvn 3.8 colours even -B -q output)
-  repo=${repo:-$HOME/.m2/repository}
-  listed=$(cat "$repo/org/apache/beam/beam-runners-spark-3/"maven-metadata-*.xml 2>/dev/null |
-           grep -o '<version>[0-9][0-9.]*</version>' | sed 's/<[^>]*>//g' | sort -uV |
-           awk -v v="$BEAM_VERSION" 'BEGIN { split(v, b, ".") }
-             { split($0, a, "."); k = a[1] * 1e6 + a[2] * 1e3 + a[3]; if (k <= b[1] * 1e6 + b[2] * 1e3 + b[3]) print }' |
-           sort -rV) || true
-  [ -n "$listed" ] || { log "spark job server: Maven Central lists no version of $RUNNER_ARTIFACT <= $BEAM_VERSION"; exit 1; }
-  log "spark job server: $RUNNER_ARTIFACT versions listed <= $BEAM_VERSION: $(echo $listed | cut -c1-200)"
-  tried=0
-  for v in $listed; do
-    [ $tried -lt 4 ] || break
-    tried=$((tried + 1))
-    log "spark job server: assembling from $RUNNER_ARTIFACT:$v + Spark $SPARK_VERSION (mvn package of spark-job-server.pom.xml) ..."
-    t0=$SECONDS
-    if mvn_quiet "shade-$v.log" -U -f "$HERE/spark-job-server.pom.xml" package \
-         "-Dbeam.version=$v" "-Dspark.version=$SPARK_VERSION" "-DbuildDir=$work/target-$v"; then
-      dir="$SPARK_CACHE/job-server/v$v"
-      mkdir -p "$dir"
-      mv "$work/target-$v/spark-job-server.jar" "$dir/beam-runners-spark-3-job-server-$v-assembled.jar"
-      found="$dir/beam-runners-spark-3-job-server-$v-assembled.jar"
-      echo "$POM_SUM-$SPARK_VERSION" > "$found.pom-sum"
-      log "spark job server: assembled in $((SECONDS - t0)) s"
-      [ "$v" = "$BEAM_VERSION" ] ||
-        log "WARNING: the Spark job server is Beam $v, the SDK is $BEAM_VERSION (issue 39, item 5)"
-      break
-    fi
-    log "spark job server: $RUNNER_ARTIFACT:$v could not be assembled; mvn said:"
-    mvn_said "shade-$v.log"
-  done
+  PIP_PY=${BEAM_PYTHON:-}
+  if [ -z "$PIP_PY" ]; then
+    if [ -x "$REPO/.venv/bin/python" ]; then PIP_PY="$REPO/.venv/bin/python"; else PIP_PY=python3; fi
+  fi
+  mkdir -p "$FLINK_CACHE"
+  tmp=$(mktemp -d "$FLINK_CACHE/.flink.XXXXXX")
+  log "flink $FLINK_VERSION: pip download apache-flink-libraries==$FLINK_VERSION (~230 MB) ..."
+  t0=$SECONDS
+  if ! "$PIP_PY" -m pip download --quiet --no-deps --no-binary :all: -d "$tmp/dl" \
+       "apache-flink-libraries==$FLINK_VERSION" >&2 ||
+     ! tar -xzf "$tmp/dl/apache-flink-libraries-$FLINK_VERSION.tar.gz" -C "$tmp"; then
+    rm -rf "$tmp"; log "flink $FLINK_VERSION: pip download FAILED"; exit 1
+  fi
+  mkdir -p "$tmp/flink"
+  mv "$tmp/apache-flink-libraries-$FLINK_VERSION/deps/lib" "$tmp/flink/lib"
+  mv "$tmp/apache-flink-libraries-$FLINK_VERSION/deps/bin/bash-java-utils.jar" "$tmp/flink/"
+  rm -rf "$flink_dir"; mv "$tmp/flink" "$flink_dir"; rm -rf "$tmp"
+  log "flink $FLINK_VERSION: unpacked in $((SECONDS - t0)) s -> $flink_dir"
 fi
-[ -n "$found" ] || { log "spark job server: nothing served near Beam $BEAM_VERSION could be had"; exit 1; }
-echo "$found" > "$pointer"
-echo "$found"
+echo "$flink_dir"
+
+job_server flink "$FLINK_CACHE" "org.apache.beam:beam-runners-flink-$FLINK_MINOR-job-server" \
+  "org.apache.beam:beam-runners-flink-$FLINK_MINOR" "$HERE/flink-job-server.pom.xml" \
+  "$FLINK_VERSION" "-Dflink.minor=$FLINK_MINOR"
+
