@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs or builds what beam-tfrecord needs to run on Beam's portable engines, into a cache
-# folder (issue 39). Flink: not yet.
+# folder (issue 39).
 #
-#   bash deploy/engines/setup.sh [prism|spark|worker]        (default: prism)
+#   bash deploy/engines/setup.sh [prism|spark|flink|worker]  (default: prism)
 #
 # worker: only the PROCESS workers' image and wheels (below; prism and spark make them too),
 #         and the dependencies layer (prints the image, then the layer)
@@ -39,6 +39,16 @@
 #   SPARK_VERSION: 3.5.0 by default, the Spark that Beam's spark-3 runner is built against
 #   (its pom: spark-core_2.12 3.5.0); the cluster and the job server's Spark are the same.
 #
+# flink: the Python boot as for prism, and
+#   apache-flink-libraries==$FLINK_VERSION from PyPI (an sdist, downloaded and unpacked, not
+#          built: Flink's lib/ jars and bash-java-utils.jar; no scripts, cluster.sh starts the
+#          JVMs)                                -> $ENGINES_CACHE/flink/flink-$FLINK_VERSION
+#   the job server jar as for spark: org.apache.beam:beam-runners-flink-M-job-server:V, else
+#          assembled from org.apache.beam:beam-runners-flink-M (flink-job-server.pom.xml)
+#          -> $ENGINES_CACHE/flink/job-server/vW/beam-runners-flink-M-job-server-W[-assembled].jar
+#   FLINK_VERSION: 1.19.0 by default (M = 1.19), the Flink beam-runners-flink-1.19 is built
+#   against.
+#
 # Idempotent: what is already there is not fetched or built again (each goes to a temporary
 # folder first, so a failed step leaves nothing half-made).
 #
@@ -50,6 +60,7 @@
 #   BEAM_TFRECORD_SETUP_FILE  worker: the setup.py whose dependencies the workers get
 #                   (default the repository's)
 #   SPARK_VERSION   spark: the pyspark / Spark version (default 3.5.0)
+#   FLINK_VERSION   flink: the Flink version (default 1.19.0)
 #   MVN             spark: the Maven command (default mvn)
 # Prints the paths of what it made on stdout (prism: prism, boot, the worker image; spark:
 # boot, the worker image, SPARK_HOME, the job server jar; worker: the worker image);
