@@ -98,6 +98,15 @@ def differences(a: Path, b: Path) -> List[str]:
   return same_bytes.differences(a, b, ordered_errors=True)
 
 
+def verify(output: Path) -> List[str]:
+  """`beam-tfrecord verify` of an output: [] when it passes, else its last lines."""
+  done = subprocess.run([python(), "-m", "beam_tfrecord.cli", "verify", str(output)],
+                        cwd=REPO, env=environment(REPO), capture_output=True, text=True,
+                        timeout=300)
+  return [] if done.returncode == 0 else [f"verify {output}: exit {done.returncode}: "
+                                          f"{(done.stdout + done.stderr)[-1500:]}"]
+
+
 def environment(tree: Path) -> Dict[str, str]:
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   if tree != REPO:

@@ -126,6 +126,7 @@ def test_flink_gives_the_direct_runners_bytes(inputs, tmp_path, monkeypatch):
       assert shards and all(p.stat().st_size > 0 for p in shards), name
       problems += [f"{name}: {d}" for d in
                    compare_runners.differences(tmp_path / name / "direct", tmp_path / name / "flink")]
+      problems += compare_runners.verify(tmp_path / name / "flink")
   assert problems == []
   # each conversion was a job of the cluster's JobManager, finished there
   after = _overview()

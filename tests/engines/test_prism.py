@@ -93,4 +93,5 @@ def test_prism_gives_the_direct_runners_bytes(inputs, tmp_path, monkeypatch):
       assert shards and all(p.stat().st_size > 0 for p in shards), name
       problems += [f"{name}: {d}" for d in
                    compare_runners.differences(tmp_path / name / "direct", tmp_path / name / "prism")]
+      problems += compare_runners.verify(tmp_path / name / "prism")
   assert problems == []

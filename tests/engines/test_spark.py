@@ -140,6 +140,7 @@ def test_spark_gives_the_direct_runners_bytes(inputs, tmp_path, monkeypatch):
       assert shards and all(p.stat().st_size > 0 for p in shards), name
       problems += [f"{name}: {d}" for d in
                    compare_runners.differences(tmp_path / name / "direct", tmp_path / name / "spark")]
+      problems += compare_runners.verify(tmp_path / name / "spark")
   assert problems == []
   # each conversion was an application of the cluster's master, not a Spark inside the driver
   ran = [a for a in _master().get("completedapps", []) if a.get("id") not in completed]
