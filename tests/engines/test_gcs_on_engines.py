@@ -1,7 +1,8 @@
 """gs:// on a portable engine (issue 39, item 3): the sources, the images, the output and Beam's
-scratch space (--temp_location) in a Cloud Storage emulator, the conversion on Prism with PROCESS
-workers, which reach the emulator only through the address convert-on.sh passes them (nothing
-of the launcher's disk). Its output equals the DirectRunner's conversion of the same gs://
+scratch space (--temp_location) in a Cloud Storage emulator, the conversion on Prism, and on a
+Spark cluster (one there is, else one the test starts and stops), with PROCESS workers, which
+reach the emulator only through the address convert-on.sh passes them (nothing of the
+launcher's disk). Its output equals the DirectRunner's conversion of the same gs://
 sources byte for byte (READMEs and the manifest's times and paths aside), and `verify` passes
 on a copy.
 
@@ -22,6 +23,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 import compare_runners  # noqa: E402
 import gcs_emulator  # noqa: E402
+import test_spark  # noqa: E402  (its cluster helpers)
 
 pytestmark = pytest.mark.engines
 pytest.importorskip("gcp_storage_emulator")
@@ -31,14 +33,32 @@ PRISM = Path(os.environ.get("PRISM", compare_runners.CACHE / "prism" /
                             f"v{compare_runners.BEAM_VERSION}" / "prism"))
 
 
-@pytest.fixture(autouse=True)
-def _selected(request):
+@pytest.fixture(params=["prism", "spark"])
+def engine(request):
+  """The engine, set up and (Spark) with a cluster running while the test runs."""
   compare_runners.skip_unless_selected(
-      request, "a Prism conversion on gs://; after bash deploy/engines/setup.sh")
-  absent = [str(p) for p in (PRISM, compare_runners.BOOT) if not os.access(p, os.X_OK)]
-  if absent:
-    pytest.skip(f"Prism for Beam {compare_runners.BEAM_VERSION} not built "
-                f"({', '.join(absent)} missing): run bash deploy/engines/setup.sh")
+      request, "conversions on gs:// on Prism and Spark; after bash deploy/engines/setup.sh")
+  if request.param == "prism":
+    absent = [str(p) for p in (PRISM, compare_runners.BOOT) if not os.access(p, os.X_OK)]
+    if absent:
+      pytest.skip(f"Prism for Beam {compare_runners.BEAM_VERSION} not built "
+                  f"({', '.join(absent)} missing): run bash deploy/engines/setup.sh")
+    yield "prism"
+    return
+  if test_spark._missing():
+    pytest.skip(test_spark._missing())
+  started = not test_spark._master()
+  if started:
+    start = subprocess.run(["bash", str(test_spark.CLUSTER), "start", "spark"],
+                           capture_output=True, text=True, timeout=180)
+    assert start.returncode == 0, start.stderr[-3000:]
+  try:
+    yield "spark"
+  finally:
+    if started:
+      stop = subprocess.run(["bash", str(test_spark.CLUSTER), "stop", "spark"],
+                            capture_output=True, text=True, timeout=180)
+      assert stop.returncode == 0, stop.stderr[-3000:]
 
 
 def _upload(local: Path, remote: str) -> None:
@@ -61,7 +81,8 @@ def _download(remote: str, local: Path) -> int:
   return len(found)
 
 
-def test_prism_converts_from_and_to_gs_as_the_direct_runner_does(tmp_path, monkeypatch):
+def test_an_engine_converts_from_and_to_gs_as_the_direct_runner_does(engine, tmp_path,
+                                                                   monkeypatch):
   import conftest  # noqa: E402  (tests/)
   ds = conftest.make_dataset(tmp_path / "data", count=8, seed=5)
   with gcs_emulator.running(BUCKET):
@@ -72,24 +93,24 @@ def test_prism_converts_from_and_to_gs_as_the_direct_runner_does(tmp_path, monke
     monkeypatch.setenv("BEAM_TFRECORD_PYTHON", sys.executable)
     monkeypatch.setenv("PRISM", str(PRISM))
     monkeypatch.setenv("BEAM_BOOT", str(compare_runners.BOOT))
-    out = {"direct": f"gs://{BUCKET}/out-direct", "prism": f"gs://{BUCKET}/out-prism"}
+    out = {"direct": f"gs://{BUCKET}/out-direct", engine: f"gs://{BUCKET}/out-{engine}"}
     direct = subprocess.run(
         [compare_runners.python(), "-m", "beam_tfrecord.cli", "convert", *args,
          f"--output={out['direct']}"], cwd=compare_runners.REPO,
         env=compare_runners.environment(compare_runners.REPO), capture_output=True, text=True,
         timeout=300)
     assert direct.returncode == 0, direct.stderr[-3000:]
-    prism = subprocess.run(
-        ["bash", str(compare_runners.CONVERT_ON), "prism", "--env", "process", "--", *args,
-         f"--output={out['prism']}", f"--temp_location=gs://{BUCKET}/scratch"],
+    done = subprocess.run(
+        ["bash", str(compare_runners.CONVERT_ON), engine, "--env", "process", "--", *args,
+         f"--output={out[engine]}", f"--temp_location=gs://{BUCKET}/scratch"],
         cwd=compare_runners.REPO, env=compare_runners.environment(compare_runners.REPO),
         capture_output=True, text=True, timeout=600)
-    assert prism.returncode == 0, prism.stderr[-5000:]
-    assert f"(Beam {compare_runners.BEAM_VERSION}, process)" in prism.stderr
+    assert done.returncode == 0, done.stderr[-5000:]
+    assert f"(Beam {compare_runners.BEAM_VERSION}, process)" in done.stderr
     counts = {name: _download(uri, tmp_path / name) for name, uri in out.items()}
-  assert counts["prism"] == counts["direct"] > 0
+  assert counts[engine] == counts["direct"] > 0
   # verify reads shards with TensorFlow, whose gs:// does not know the emulator: a copy
-  assert compare_runners.verify(tmp_path / "prism") == []
-  shards = sorted((tmp_path / "prism").rglob("*.tfrecord"))
+  assert compare_runners.verify(tmp_path / engine) == []
+  shards = sorted((tmp_path / engine).rglob("*.tfrecord"))
   assert len(shards) == 2 * len(ds.splits) and all(p.stat().st_size > 0 for p in shards)
-  assert compare_runners.differences(tmp_path / "direct", tmp_path / "prism") == []
+  assert compare_runners.differences(tmp_path / "direct", tmp_path / engine) == []
