@@ -63,6 +63,22 @@ HOST=127.0.0.1
 WORKERS=2
 command -v java >/dev/null || [ -n "${JAVA_HOME:-}" ] || die "java is not on PATH and JAVA_HOME is unset"
 
+await_workers() {  # COUNT-COMMAND WHAT LOG-GLOB: until COUNT-COMMAND prints >= $WORKERS,
+  # at most 90 s; else the logs' last lines and exit 1. Prints the count.
+  local t0=$SECONDS n=0
+  while [ $((SECONDS - t0)) -lt 90 ]; do
+    n=$($1)
+    [ "$n" -ge $WORKERS ] && break
+    sleep 2
+  done
+  if [ "$n" -lt $WORKERS ]; then
+    log "$2 $n of $WORKERS after 90 s; the logs end:"
+    tail -n 15 $3 >&2 || true
+    exit 1
+  fi
+  echo "$n"
+}
+
 wait_gone() {  # PID: a daemon still there 30 s after TERM gets KILL
   local t0=$SECONDS
   while kill -0 "$1" 2>/dev/null; do
@@ -138,17 +154,8 @@ EOF
       --cores "${SPARK_WORKER_CORES:-1}" --memory "${SPARK_WORKER_MEMORY:-2g}" \
       --work-dir "$RUN/work-$i" "spark://$HOST:$MASTER_PORT"
   done
-  local t0=$SECONDS n=0
-  while [ $((SECONDS - t0)) -lt 90 ]; do
-    n=$(alive_workers)
-    [ "$n" -ge $WORKERS ] && break
-    sleep 2
-  done
-  if [ "$n" -lt $WORKERS ]; then
-    log "the master counts $n ALIVE worker(s) of $WORKERS after 90 s; the logs end:"
-    tail -n 15 "$RUN"/logs/*.out >&2 || true
-    exit 1
-  fi
+  local n
+  n=$(await_workers alive_workers "the master counts ALIVE workers:" "$RUN/logs/*.out")
   log "spark cluster up: spark://$HOST:$MASTER_PORT, $n workers ($RUN)"
   echo "spark://$HOST:$MASTER_PORT"
 }
@@ -227,6 +234,13 @@ flink_alive() {  # NAME CLASS: is the JVM of pids/NAME.pid running?
 }
 
 flink_overview() { curl -fsS --max-time 5 "http://$HOST:$REST_PORT/overview" 2>/dev/null; }
+flink_taskmanagers() {
+  { flink_overview || true; } | python3 -c 'import json, sys
+try:
+  print(json.load(sys.stdin).get("taskmanagers", 0))
+except ValueError:
+  print(0)'
+}
 
 flink_jvm() {  # NAME CLASS JVM-OPTIONS... -- PROGRAM-ARGUMENTS...: a daemon JVM and its pid file
   local name=$1 class=$2 opts=()
@@ -290,21 +304,8 @@ CONF
     # shellcheck disable=SC2086  # BashJavaUtils' options, one word each
     flink_jvm "taskmanager-$i" "$TM_CLASS" $jvm -- $dyn -D "io.tmp.dirs=$RUN/work-$i"
   done
-  local t0=$SECONDS n=0
-  while [ $((SECONDS - t0)) -lt 90 ]; do
-    n=$({ flink_overview || true; } | python3 -c 'import json, sys
-try:
-  print(json.load(sys.stdin).get("taskmanagers", 0))
-except ValueError:
-  print(0)')
-    [ "$n" -ge $WORKERS ] && break
-    sleep 2
-  done
-  if [ "$n" -lt $WORKERS ]; then
-    log "the jobmanager counts $n taskmanager(s) of $WORKERS after 90 s; the logs end:"
-    tail -n 15 "$RUN"/logs/*.log >&2 || true
-    exit 1
-  fi
+  local n
+  n=$(await_workers flink_taskmanagers "the jobmanager counts taskmanagers:" "$RUN/logs/*.log")
   log "flink cluster up: $HOST:$REST_PORT, $n taskmanagers ($RUN)"
   echo "$HOST:$REST_PORT"
 }

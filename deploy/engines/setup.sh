@@ -395,15 +395,11 @@ pyspark_dir="$SPARK_CACHE/pyspark-$SPARK_VERSION"
 if [ -x "$pyspark_dir/pyspark/bin/spark-class" ] && [ -f "$pyspark_dir/pyspark/sbin/spark-daemon.sh" ]; then
   log "pyspark $SPARK_VERSION: already there ($pyspark_dir/pyspark)"
 else
-  PIP_PY=${BEAM_PYTHON:-}
-  if [ -z "$PIP_PY" ]; then
-    if [ -x "$REPO/.venv/bin/python" ]; then PIP_PY="$REPO/.venv/bin/python"; else PIP_PY=python3; fi
-  fi
   mkdir -p "$SPARK_CACHE"
   tmp=$(mktemp -d "$SPARK_CACHE/.pyspark.XXXXXX")
   log "pyspark $SPARK_VERSION: pip install --no-deps --target ... pyspark==$SPARK_VERSION (~350 MB) ..."
   t0=$SECONDS
-  if ! "$PIP_PY" -m pip install --quiet --no-deps --no-compile --target "$tmp" "pyspark==$SPARK_VERSION" >&2; then
+  if ! "$PY" -m pip install --quiet --no-deps --no-compile --target "$tmp" "pyspark==$SPARK_VERSION" >&2; then
     rm -rf "$tmp"; log "pyspark $SPARK_VERSION: pip install FAILED"; exit 1
   fi
   chmod +x "$tmp/pyspark/bin/"*.sh "$tmp/pyspark/sbin/"*.sh 2>/dev/null || true
@@ -436,15 +432,11 @@ flink_dir="$FLINK_CACHE/flink-$FLINK_VERSION"
 if [ -f "$flink_dir/lib/flink-dist-$FLINK_VERSION.jar" ] && [ -f "$flink_dir/bash-java-utils.jar" ]; then
   log "flink $FLINK_VERSION: already there ($flink_dir)"
 else
-  PIP_PY=${BEAM_PYTHON:-}
-  if [ -z "$PIP_PY" ]; then
-    if [ -x "$REPO/.venv/bin/python" ]; then PIP_PY="$REPO/.venv/bin/python"; else PIP_PY=python3; fi
-  fi
   mkdir -p "$FLINK_CACHE"
   tmp=$(mktemp -d "$FLINK_CACHE/.flink.XXXXXX")
   log "flink $FLINK_VERSION: pip download apache-flink-libraries==$FLINK_VERSION (~230 MB) ..."
   t0=$SECONDS
-  if ! "$PIP_PY" -m pip download --quiet --no-deps --no-binary :all: -d "$tmp/dl" \
+  if ! "$PY" -m pip download --quiet --no-deps --no-binary :all: -d "$tmp/dl" \
        "apache-flink-libraries==$FLINK_VERSION" >&2 ||
      ! tar -xzf "$tmp/dl/apache-flink-libraries-$FLINK_VERSION.tar.gz" -C "$tmp"; then
     rm -rf "$tmp"; log "flink $FLINK_VERSION: pip download FAILED"; exit 1
