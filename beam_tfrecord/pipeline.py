@@ -166,7 +166,8 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
   if config.sink == "shards":
     count_records = schema.records_counter()
     packed_images = batches | "Pack" >> beam.Map(
-        lambda batch: [packed.pack(ann, count_records(ann)) for ann in batch])
+        lambda batch: [packed.pack_plain(image, count_records(image)) for image in batch]
+    ).with_output_types(List[packed.Packed])
     runs_dir, spill_dir = work_directories(staging, run_id, local)
     # the in-process runner's one thread would sort every run itself: its cores do
     sort_runs = SortRuns(runs_dir, spill_dir, previous_plan,

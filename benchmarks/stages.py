@@ -113,6 +113,16 @@ FRAME_STAGES: Tuple[Tuple[str, Optional[str]], ...] = (
     # bytes where Beam encodes them between transforms. (build()'s other lambdas run once
     # per shard or per error.)
     ("pack (beam_tfrecord/records/packed.py", PACK),
+    ("pack_plain (beam_tfrecord/records/packed.py", PACK),
+    ("Schema.records_counter.<locals>", PACK),
+    # records/batches: a batch made of a source's images (the tuples the pack marshals),
+    # an image's split and size set (locate), the class names of a batch (the label map), and
+    # a batch made ImageAnnotations again for a step that needs them (its caller's)
+    ("of (beam_tfrecord/records/batches.py", PACK),
+    ("with_split_and_size (beam_tfrecord/records/batches.py", LOCATE),
+    ("class_names (beam_tfrecord/records/batches.py", SELECT),
+    ("annotations (beam_tfrecord/records/batches.py", None),
+    ("(beam_tfrecord/records/batches.py", PACK),
     ("build.<locals>.<lambda> (beam_tfrecord/pipeline.py", PACK),
     ("_one_record (beam_tfrecord/schemas/__init__.py", PACK),
     ("Schema.records_counter (beam_tfrecord/schemas/__init__.py", PACK),

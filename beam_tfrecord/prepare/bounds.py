@@ -8,17 +8,21 @@ sorted and written as one huge record. Pure and Beam-free.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
-from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
+from beam_tfrecord.records import batches
+from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE
 
 
-def over_the_bound(ann: ImageAnnotation) -> Optional[ErrorRecord]:
-  """The too_many_objects error of an image with more objects than the bound, else None."""
-  if len(ann.objects) <= MAX_OBJECTS_PER_IMAGE:
+def over_the_bound(image: Tuple) -> Optional[ErrorRecord]:
+  """The too_many_objects error of an image (a batch's tuple, records/batches) with more
+  objects than the bound, else None."""
+  count = len(image[batches.OBJECTS])
+  if count <= MAX_OBJECTS_PER_IMAGE:
     return None
+  key = image[batches.KEY]
   return ErrorRecord(
-      source=ann.source, stage="parse", reason="too_many_objects", key=ann.key, level="image",
-      message=f"{ann.key} has {len(ann.objects):,} objects, more than the "
+      source=image[batches.SOURCE], stage="parse", reason="too_many_objects", key=key,
+      level="image", message=f"{key} has {count:,} objects, more than the "
       f"{MAX_OBJECTS_PER_IMAGE:,} one image may have: the image is not converted")

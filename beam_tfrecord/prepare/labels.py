@@ -5,6 +5,7 @@ from typing import Dict, Iterable, Mapping, Optional, Tuple
 
 import apache_beam as beam
 
+from beam_tfrecord.records import batches
 from beam_tfrecord.records import label_map as label_maps
 from beam_tfrecord.prepare.class_selection import renumber
 from beam_tfrecord.sources.base import SourceOutput
@@ -46,8 +47,7 @@ class BuildLabelMap(beam.PTransform):
               | "FromCategories" >> beam.Map(number))
     first_id = self.first_id
     return (self.source.images
-            | "Names" >> beam.FlatMap(lambda batch: {name for a in batch for name in (
-                *(o.label for o in a.objects), *a.labels)})
+            | "Names" >> beam.FlatMap(batches.class_names)
             | "Distinct" >> beam.Distinct()
             | "AllNames" >> beam.combiners.ToList()
             | "Number" >> beam.Map(label_maps.from_names, first_id))

@@ -7,6 +7,8 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Unio
 import apache_beam as beam
 
 from beam_tfrecord.prepare import bounds, splitting
+from beam_tfrecord.records import batches
+from beam_tfrecord.records.batches import ImageBatch
 from beam_tfrecord.records.model import DEFAULT_SPLIT
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.storage import paths
@@ -25,29 +27,31 @@ def pick_one(uri: str, anns: Iterable[ImageAnnotation]
       f"from {anns[0].source} (source id {anns[0].source_id!r}) is used") for dup in anns[1:]]
 
 
-def _located(ann: ImageAnnotation, fractions: Optional[Mapping[str, float]], size: Any
-             ) -> Union[ImageAnnotation, ErrorRecord]:
-  """The annotation with its file size and split, or the ErrorRecord that replaces it (a
-  missing file; more objects than an image may have, for a format that did not bound them).
-  `size` is the file size or InputError when it was looked up already (remote images), else
-  None: the annotation's own size_bytes when its source saw the file (COCO's
-  paths.resolve_sized), or a stat."""
-  too_many = bounds.over_the_bound(ann)  # a format that did not bound it itself
+def _located(image: Tuple, fractions: Optional[Mapping[str, float]], size: Any
+             ) -> Union[Tuple, ErrorRecord]:
+  """The image (a batch's tuple, records/batches) with its file size and split, or the
+  ErrorRecord that replaces it (a missing file; more objects than an image may have, for a
+  format that did not bound them). `size` is the file size or InputError when it was looked
+  up already (remote images), else None: the image's own size_bytes when its source saw the
+  file (COCO's paths.resolve_sized), or a stat."""
+  too_many = bounds.over_the_bound(image)  # a format that did not bound it itself
   if too_many is not None:
     return too_many
+  key = image[batches.KEY]
   try:
     if size is None:
-      size = ann.size_bytes if ann.size_bytes is not None else paths.file_size(ann.uri)
+      size = image[batches.SIZE_BYTES]
+      if size is None:
+        size = paths.file_size(image[batches.URI])
     if isinstance(size, InputError):
       raise size
   except InputError as e:
-    return e.record(ann.source, ann.key)
+    return e.record(image[batches.SOURCE], key)
   if fractions:
-    split = splitting.split_for_key(ann.key, fractions)
+    split = splitting.split_for_key(key, fractions)
   else:
-    split = ann.split or DEFAULT_SPLIT
-  return ann if (size, split) == (ann.size_bytes, ann.split) else ann.replace(size_bytes=size,
-                                                                             split=split)
+    split = image[batches.SPLIT] or DEFAULT_SPLIT
+  return batches.with_split_and_size(image, split, size)
 
 
 REMOTE_LOCATE_THREADS = 16
@@ -60,8 +64,8 @@ def _size_or_error(uri: str) -> Any:
     return e
 
 
-def locate_batch(batch: Sequence[ImageAnnotation], fractions: Optional[Mapping[str, float]],
-                 remote: bool = False) -> Tuple[List[ImageAnnotation], List[ErrorRecord]]:
+def locate_batch(batch: ImageBatch, fractions: Optional[Mapping[str, float]],
+                 remote: bool = False) -> Tuple[ImageBatch, List[ErrorRecord]]:
   """(the batch's located images, in order; its error records). `remote`: the sizes are
   looked up concurrently (on an object store each lookup is a round trip, and one at a time
   they cost as much as the reads)."""
@@ -69,19 +73,18 @@ def locate_batch(batch: Sequence[ImageAnnotation], fractions: Optional[Mapping[s
   if remote:
     import concurrent.futures
     with concurrent.futures.ThreadPoolExecutor(REMOTE_LOCATE_THREADS) as pool:
-      sizes: Sequence[Any] = list(pool.map(_size_or_error, [a.uri for a in batch]))
+      sizes: Sequence[Any] = list(pool.map(_size_or_error, [t[batches.URI] for t in batch]))
   else:
     sizes = [None] * len(batch)
-  images: List[ImageAnnotation] = []
+  images: ImageBatch = []
   errors: List[ErrorRecord] = []
-  for ann, size in zip(batch, sizes):
-    located = _located(ann, fractions, size)
-    (errors if isinstance(located, ErrorRecord) else images).append(located)
+  for image, size in zip(batch, sizes):
+    located = _located(image, fractions, size)
+    (errors if type(located) is ErrorRecord else images).append(located)
   return images, errors
 
 
-def _locate(batch: List[ImageAnnotation], fractions: Optional[Mapping[str, float]],
-            remote: bool):
+def _locate(batch: ImageBatch, fractions: Optional[Mapping[str, float]], remote: bool):
   images, errors = locate_batch(batch, fractions, remote)
   for error in errors:
     yield beam.pvalue.TaggedOutput("errors", error)
@@ -90,10 +93,11 @@ def _locate(batch: List[ImageAnnotation], fractions: Optional[Mapping[str, float
 
 
 class PrepareImages(beam.PTransform):
-  """PCollection[List[ImageAnnotation]] -> (PCollection[List[ImageAnnotation]], errors).
+  """PCollection[ImageBatch] -> (PCollection[ImageBatch], errors).
 
-  In: a source's batches (sources/registry.read: at most BATCH_IMAGES images each, formed
-  within each bundle, so a large source stays many elements across workers). Out: the same
+  In: a source's batches (records/batches; sources/registry.read: at most BATCH_IMAGES
+  images each, formed within each bundle, so a large source stays many elements across
+  workers). Out: the same
   batches, each image with a split and a file size; images whose file is missing, or with
   more objects than any image may have (bounds.py), become ErrorRecords. `remote`: images on
   an object store, whose sizes are looked up concurrently, a batch at a time.
@@ -104,10 +108,10 @@ class PrepareImages(beam.PTransform):
     self.fractions = dict(fractions) if fractions else None
     self.remote = remote
 
-  def expand(self, batches):
-    located = (batches
+  def expand(self, images):
+    located = (images
                | "Locate" >> beam.FlatMap(_locate, self.fractions, self.remote)
-               .with_output_types(List[ImageAnnotation]).with_outputs("errors", main="images"))
+               .with_output_types(ImageBatch).with_outputs("errors", main="images"))
     return located.images, located.errors
 
 
@@ -119,14 +123,15 @@ def _first_of_duplicates(ident: Tuple[str, str], anns: Iterable[ImageAnnotation]
 
 
 class DedupeImages(beam.PTransform):
-  """PCollection[List[ImageAnnotation]] -> (PCollection[ImageAnnotation], errors): one
+  """PCollection[ImageBatch] -> (PCollection[ImageAnnotation], errors): one
   annotation per file and split (a shuffle by both; a file in two splits is written to each).
   For Beam's sink (--sink beam); the shard writer does the same inside its own sort instead
   (shard_plan.sort_partition), which saves this shuffle."""
 
-  def expand(self, batches):
-    unique = (batches
-              | "ByFile" >> beam.FlatMap(lambda batch: [((a.uri, a.split), a) for a in batch])
+  def expand(self, images):
+    unique = (images
+              | "ByFile" >> beam.FlatMap(lambda batch: [
+                  ((a.uri, a.split), a) for a in batches.annotations(batch)])
               | "GroupByFile" >> beam.GroupByKey()
               | "Dedupe" >> beam.FlatMapTuple(_first_of_duplicates).with_outputs(
                   "errors", main="images"))

@@ -19,6 +19,8 @@ from beam_tfrecord.prepare.class_selection import (ClassSelection,
                                                    select_labels,
                                                    unknown_message,
                                                    unknown_names)
+from beam_tfrecord.records import batches
+from beam_tfrecord.records.batches import ImageBatch
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.sources.base import SourceOutput
 
@@ -56,16 +58,16 @@ class _Select(beam.DoFn):
   def __init__(self, selection: ClassSelection):
     self.selection = selection
 
-  def process(self, batch: List[ImageAnnotation]):
+  def process(self, batch: ImageBatch):
     kept: List[ImageAnnotation] = []
     excluded: Dict[str, int] = {}
-    for ann in batch:
+    for ann in batches.annotations(batch):
       selected, dropped = select_image(ann, self.selection)
       kept += selected
       for name, n in dropped.items():
         excluded[name] = excluded.get(name, 0) + n
     if kept:
-      yield kept
+      yield batches.of(kept)
     for name, n in excluded.items():  # summed per class below (ExcludedPerClass)
       yield beam.pvalue.TaggedOutput("excluded", (name, n))
 
@@ -98,9 +100,7 @@ class SelectClasses(beam.PTransform):
   def expand(self, root):
     selection = self.selection
     names = (self.source.images
-             | "SourceNames" >> beam.FlatMap(
-                 lambda batch: {name for a in batch for name in (
-                     *(o.label for o in a.objects), *a.labels)}))
+             | "SourceNames" >> beam.FlatMap(batches.class_names))
     if self.source.categories is not None:
       names = ((names, self.source.categories | "CategoryNames" >> beam.Keys())
                | "AllNames" >> beam.Flatten())
@@ -109,7 +109,7 @@ class SelectClasses(beam.PTransform):
                | "NameList" >> beam.combiners.ToList()
                | "CheckNames" >> beam.FlatMap(_check_names, selection, self.where))
     selected = self.source.images | "Select" >> beam.ParDo(_Select(selection)).with_output_types(
-        List[ImageAnnotation]).with_outputs("excluded", main="images")
+        ImageBatch).with_outputs("excluded", main="images")
     counts = (selected.excluded
               | "ExcludedPerClass" >> beam.CombinePerKey(sum)
               | "ExcludedCounts" >> beam.FlatMapTuple(_counts))

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import hashlib
 import marshal
-from typing import Tuple
+from typing import Any, Tuple
 
-from beam_tfrecord.records import plain
+from beam_tfrecord.records import batches
 from beam_tfrecord.records.model import ImageAnnotation
 
 # (split, key, uri, source, source_id, size_bytes, records, blob, hash): records is what the
 # schema writes for the image (--records-per-shard counts them), blob the annotation (unpack),
-# hash the image's place in the shard order (identity_hash)
-Packed = Tuple[str, str, str, str, str, int, int, bytes, int]
+# hash the image's place in the shard order (identity_hash: an unsigned 64-bit int, typed Any
+# because Beam codes an `int` with its signed VarIntCoder)
+Packed = Tuple[str, str, str, str, str, int, int, bytes, Any]
 SPLIT, KEY, URI, SOURCE, SOURCE_ID, SIZE, RECORDS, BLOB, HASH = range(9)
 
 
@@ -35,15 +36,19 @@ def identity_hash(key: str) -> int:
   return int.from_bytes(hashlib.blake2b(key.encode("utf-8", "surrogatepass"),
                                         digest_size=8).digest(), "big")
 
-_TO_PLAIN, _FROM_PLAIN = plain.record_converters(ImageAnnotation)
+def pack_plain(image: Tuple, records: int = 1) -> Packed:
+  """An image of a batch (records/batches: an ImageAnnotation's plain tuple) whose split and
+  size are known (PrepareImages' output)."""
+  return (image[batches.SPLIT], image[batches.KEY], image[batches.URI], image[batches.SOURCE],
+          image[batches.SOURCE_ID], image[batches.SIZE_BYTES] or 0, records,
+          marshal.dumps(image), identity_hash(image[batches.KEY]))
 
 
 def pack(ann: ImageAnnotation, records: int = 1) -> Packed:
-  """An annotation whose split and size are known (PrepareImages' output)."""
-  return (ann.split, ann.key, ann.uri, ann.source, ann.source_id, ann.size_bytes or 0, records,
-          marshal.dumps(_TO_PLAIN(ann)), identity_hash(ann.key))
+  """pack_plain of an ImageAnnotation."""
+  return pack_plain(batches.TO_PLAIN(ann), records)
 
 
 def unpack(blob: bytes) -> ImageAnnotation:
   """The annotation of a Packed's BLOB."""
-  return _FROM_PLAIN(marshal.loads(blob))
+  return batches.FROM_PLAIN(marshal.loads(blob))

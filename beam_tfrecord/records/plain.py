@@ -56,7 +56,7 @@ def _functions(cls: Type, made: _Made, namespace: Dict[str, Any]) -> Tuple[str, 
   namespace[new] = cls
   hints = typing.get_type_hints(cls)
   fields = dataclasses.fields(cls)
-  names: List[str] = [f.name for f in fields if f.init]
+  names: List[str] = list(field_names(cls))
   pairs = [(_expressions(hints[name], f"r.{name}", made, namespace)[0],
             _expressions(hints[name], f"v[{i}]", made, namespace)[1])
            for i, name in enumerate(names)]
@@ -71,6 +71,12 @@ def _functions(cls: Type, made: _Made, namespace: Dict[str, Any]) -> Tuple[str, 
             f"def {back}(v):\n{body}")
   exec(source, namespace)  # noqa: S102 (code made here from field names only)
   return to, back
+
+
+def field_names(cls: Type) -> Tuple[str, ...]:
+  """The names of `cls`'s fields in its plain tuples, in order: field i of a tuple is the
+  i-th name (what a reader of the tuples indexes by)."""
+  return tuple(f.name for f in dataclasses.fields(cls) if f.init)
 
 
 @functools.lru_cache(maxsize=None)

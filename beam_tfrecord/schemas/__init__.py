@@ -116,13 +116,15 @@ class Schema:
   def with_masks(self, include_masks: bool) -> "Schema":
     return dataclasses.replace(self, include_masks=include_masks)
 
-  def planned_records(self, ann) -> int:
-    return self.records_counter()(ann)
-
   def records_counter(self) -> Callable[[Any], int]:
-    """planned_records as a plain function of an annotation (the module looked up once: the
-    lookup cost 6 us an image in the pipeline's Pack step)."""
-    return getattr(self.module, "planned_records", None) or _one_record
+    """planned_records as a plain function of a batch's image (records/batches), the module
+    looked up once (the lookup cost 6 us an image in the pipeline's Pack step). A schema
+    without planned_records writes one record an image and makes no ImageAnnotation."""
+    planned = getattr(self.module, "planned_records", None)
+    if planned is None:
+      return _one_record
+    from beam_tfrecord.records.batches import FROM_PLAIN
+    return lambda image: planned(FROM_PLAIN(image))
 
   def manifest_features(self, keypoints: bool = False) -> Dict[str, Dict[str, str]]:
     """The feature spec as manifest.json records it; with `keypoints` (the source has them)

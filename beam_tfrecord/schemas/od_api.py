@@ -88,11 +88,6 @@ def image_features(ann: ImageAnnotation, image: PreparedImage) -> Dict:
 _bytes, _floats, _ints = base.bytes_feature, base.float_feature, base.int64_feature
 
 
-def planned_records(ann: ImageAnnotation) -> int:
-  """Records this schema writes for one image (for --records-per-shard)."""
-  return 1
-
-
 # This schema writes its Examples directly from a precomputed layout (protos.ExampleLayout:
 # a tenth of protobuf's cost per image, the same bytes); other schemas build protobuf messages.
 _LAYOUT = protos.ExampleLayout({**feature_spec(include_masks=True), **KEYPOINT_SPEC})

@@ -31,10 +31,6 @@ FEATURE_SPEC: base.Spec = {
 }
 
 
-def planned_records(ann: ImageAnnotation) -> int:
-  return 1
-
-
 def image_label(ann: ImageAnnotation) -> str:
   return base.one_class(ann, NAME)
 

@@ -1,8 +1,9 @@
 """What every source produces (SourceOutput) and the helpers sources share."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, NamedTuple, Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
+from beam_tfrecord.records import batches
 from beam_tfrecord.records.model import ImageAnnotation
 
 if TYPE_CHECKING:  # the helpers below serve Beam-free modules (detection, listings)
@@ -24,9 +25,9 @@ BATCH_IMAGES = 1000
 
 
 class SourceOutput(NamedTuple):
-  """What a source gives. `images`: its ImageAnnotations, one per element, or lists of at
-  most BATCH_IMAGES of them when `batched` (a source that has them in hand together: COCO's
-  join); registry.read gives every source's as lists."""
+  """What a source gives. `images`: its ImageAnnotations, one per element, or batches of at
+  most BATCH_IMAGES of them (records/batches) when `batched` (a source that has them in hand
+  together: COCO's join); registry.read gives every source's as batches."""
   images: "beam.PCollection"
   errors: "beam.PCollection"
   categories: "Optional[beam.PCollection]" = None
@@ -37,12 +38,12 @@ class SourceOutput(NamedTuple):
 
 
 def in_batches(outputs, size: int = BATCH_IMAGES):
-  """A DoFn's outputs with its ImageAnnotations in lists of at most `size`, in order; every
-  other output (tagged ones) passed on as it comes."""
+  """A DoFn's outputs with its ImageAnnotations in batches (records/batches) of at most
+  `size`, in order; every other output (tagged ones) passed on as it comes."""
   batch = []
   for out in outputs:
     if type(out) is ImageAnnotation:
-      batch.append(out)
+      batch.append(batches.TO_PLAIN(out))
       if len(batch) == size:
         yield batch
         batch = []
@@ -53,13 +54,19 @@ def in_batches(outputs, size: int = BATCH_IMAGES):
 
 
 def batch_images():
-  """PCollection[ImageAnnotation] -> PCollection[List[ImageAnnotation]]: lists of
+  """PCollection[ImageAnnotation] -> PCollection[ImageBatch]: batches (records/batches) of
   BATCH_IMAGES images, formed within each bundle. Typed: Beam samples element sizes for its
   metrics, and an untyped batch was sized by pickling each of its images (a sampled batch of
-  1,000: ~12 ms; typed, records/coders.DataclassCoder's estimate encodes nothing)."""
+  1,000 ImageAnnotations: ~12 ms); a typed batch of tuples is sized by Beam's C coder."""
   import apache_beam as beam
-  return beam.BatchElements(min_batch_size=BATCH_IMAGES, max_batch_size=BATCH_IMAGES
-                            ).with_output_types(List[ImageAnnotation])
+
+  @beam.ptransform_fn
+  def BatchImages(images):  # noqa: N802 (a PTransform's name)
+    return (images
+            | "Batch" >> beam.BatchElements(min_batch_size=BATCH_IMAGES,
+                                            max_batch_size=BATCH_IMAGES)
+            | "Plain" >> beam.Map(batches.of).with_output_types(batches.ImageBatch))
+  return BatchImages()  # pylint: disable=no-value-for-parameter
 
 
 def image_extensions() -> frozenset:

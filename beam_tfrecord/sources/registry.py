@@ -90,8 +90,8 @@ def check(config) -> None:
 
 def read(root, config, *, first_id: int, local: bool):
   """(SourceOutput, split names known before running) of the config's format, its images in
-  lists of at most base.BATCH_IMAGES (PCollection[List[ImageAnnotation]]): those of a source
-  that gives one per element are batched here, within each bundle."""
+  batches of at most base.BATCH_IMAGES (PCollection[records.batches.ImageBatch]): those of a
+  source that gives one per element are batched here, within each bundle."""
   out, splits = get(config.format).read(root, options_of(config), first_id=first_id,
                                         local=local)
   if not out.batched:

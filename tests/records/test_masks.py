@@ -153,6 +153,7 @@ def test_without_include_masks_no_mask_and_no_segmentation_carried(tmp_path):
   from apache_beam.testing.test_pipeline import TestPipeline
   from apache_beam.testing.util import assert_that
 
+  from beam_tfrecord.records import batches
   from beam_tfrecord.sources.coco import ReadCoco
   annotations = make_coco(tmp_path / "data")
   with TestPipeline("FnApiRunner") as p:  # one independent branch each way
@@ -160,7 +161,8 @@ def test_without_include_masks_no_mask_and_no_segmentation_carried(tmp_path):
       out = p | f"Read[{include}]" >> ReadCoco(
           [(None, str(annotations), str(tmp_path / "data" / "images"))], include_masks=include)
       carried = out.images | f"Carried[{include}]" >> beam.FlatMap(  # batches of images
-          lambda batch: [o.segmentation is not None for a in batch for o in a.objects])
+          lambda batch: [o.segmentation is not None for a in batches.annotations(batch)
+                         for o in a.objects])
 
       def check(values, include=include):
         assert len(values) == 6 and set(values) == ({True, False} if include else {False})

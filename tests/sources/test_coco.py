@@ -15,6 +15,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from bad_data import Coco, convert, jpeg
 from conftest import transform_labels
 
+from beam_tfrecord.records import batches
 from beam_tfrecord.errors import EXIT_USAGE, UsageError
 from beam_tfrecord.records.model import Box, ImageAnnotation, InputError
 from beam_tfrecord.sources import coco
@@ -359,7 +360,7 @@ def _read_all(files, out_root: str, join_in_worker: bool) -> None:
       out = p | f"Read[{name}]" >> ReadCoco([("train", files[name], files["images"])],
                                             drop_background=True, include_masks=include_masks,
                                             join_in_worker=join_in_worker)
-      images = out.images | f"Each[{name}]" >> beam.FlatMap(lambda batch: batch)  # batches
+      images = out.images | f"Each[{name}]" >> beam.FlatMap(batches.annotations)  # batches
       for kind, pcoll, text in (("images", images, repr),
                                 ("errors", out.errors, lambda e: e.to_json()),
                                 ("categories", out.categories, repr)):

@@ -11,6 +11,7 @@ import apache_beam as beam
 import pytest
 from test_coco_scale import _messy, _spills_left
 
+from beam_tfrecord.records import batches
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.sources import coco
 from beam_tfrecord.sources.coco import join_pool
@@ -26,7 +27,7 @@ def _outputs(path: str, include_masks: bool, **kwargs) -> list:
   for o in join.process(("train", path, os.path.dirname(path))):
     if isinstance(o, beam.pvalue.TaggedOutput):
       out.append((o.tag, repr(o.value)))
-    else:  # a batch of images (sources/base.in_batches)
+    else:  # a batch of images (records/batches)
       assert 0 < len(o) <= BATCH_IMAGES
       out += [("images", repr(image)) for image in o]
   return out
@@ -82,8 +83,8 @@ def test_a_dead_join_process_fails_the_step_and_the_spill_goes(tmp_path, spill_r
 
 
 def test_join_partition_answers_plain_images_and_errors(tmp_path, spill_root):
-  """One task, in this process: the partition's images as marshal'd plain tuples that become
-  the same ImageAnnotations, its errors as records."""
+  """One task, in this process: the partition's images as marshal'd plain tuples, given as
+  batches of at most BATCH_IMAGES (records/batches), its errors as records."""
   path = str(tmp_path / "messy.json")
   _messy(path, n=400)
   buffer = coco._JoinBuffer(5, buffer_bytes=1 << 40)
@@ -99,8 +100,9 @@ def test_join_partition_answers_plain_images_and_errors(tmp_path, spill_root):
     for p in range(5):
       task = join_pool.JoinTask(*spilled, p, path, "train", str(tmp_path), names, False, False,
                                 None)
-      found = list(join_pool.in_processes(_Inline(), [task]))
-      images += [o for o in found if isinstance(o, ImageAnnotation)]
+      found = list(join_pool.in_processes(_Inline(), [task], size=30))
+      assert all(0 < len(o) <= 30 for o in found if isinstance(o, list))
+      images += [a for o in found if isinstance(o, list) for a in batches.annotations(o)]
       errors += [o for o in found if isinstance(o, ErrorRecord)]
     assert len(images) == 400 and {e.reason for e in errors} >= {"unknown_image_id"}
     assert all(a.split == "train" and a.source == path for a in images)

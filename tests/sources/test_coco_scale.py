@@ -18,6 +18,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from beam_tfrecord.records import batches
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.finalize.manifest import OUTCOMES, USAGE_REASONS, outcome_of
 from beam_tfrecord.records.model import InputError
@@ -152,7 +153,7 @@ def test_category_zero_used_is_a_usage_outcome_whatever_else_happened():
 def _collect(out, out_dir: str) -> None:
   """Write the images (reprs), errors (JSON) and categories (reprs) of a SourceOutput-like
   `out` into out_dir, read back by _collected (files: the runner works on copies)."""
-  images = out.images | "Each" >> beam.FlatMap(lambda batch: batch)  # lists of images
+  images = out.images | "Each" >> beam.FlatMap(batches.annotations)  # lists of images
   for kind, pcoll, text in (("images", images, repr),
                             ("errors", out.errors, lambda e: e.to_json()),
                             ("categories", out.categories, repr)):
@@ -348,8 +349,8 @@ def test_the_spilled_join_gives_every_image_and_object_of_the_distributed_join(
 
 
 def _images(outputs) -> list:
-  """The images of _JoinFile's outputs: its untagged outputs are lists of images."""
-  return [a for o in outputs if isinstance(o, list) for a in o]
+  """The images of _JoinFile's outputs: its untagged outputs are batches (records/batches)."""
+  return [a for o in outputs if isinstance(o, list) for a in batches.annotations(o)]
 
 
 def test_a_file_within_the_buffer_never_touches_the_disk(tmp_path, spill_root):

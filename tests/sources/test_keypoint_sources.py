@@ -82,11 +82,13 @@ def test_coco_both_joins(tmp_path, join_in_worker):
       expected.append((img.name, tuple(
           (o.label, tuple(float(v) for p in (o.points or [(0, 0, 0)] * 17) for v in p))
           for o in img.objects), lk.COCO_KEYPOINTS))
+  from beam_tfrecord.records import batches
   with TestPipeline("FnApiRunner") as p:
     out = p | ReadCoco([("train", str(train), str(tmp_path / "images"))],
                        join_in_worker=join_in_worker)
     assert_that(out.images | beam.FlatMap(lambda batch: [(a.key, tuple(  # batches of images
-        (o.label, o.keypoints) for o in a.objects), a.keypoint_names) for a in batch]),
+        (o.label, o.keypoints) for o in a.objects), a.keypoint_names)
+        for a in batches.annotations(batch)]),
         equal_to(expected))
     assert_that(out.errors, equal_to([]), label="NoErrors")
 

@@ -38,7 +38,7 @@ def test_progress_reaches_the_total(tmp_path, beam_args):
   with beam.Pipeline(options=PipelineOptions(beam_args)) as p:
     source, _ = registry.read(p, config, first_id=1, local=pipeline.local_runner(p))
     batches, _ = source.images | locate.PrepareImages(None)
-    images = batches | beam.Map(lambda batch: [packed.pack(a) for a in batch])
+    images = batches | beam.Map(lambda batch: [packed.pack_plain(a) for a in batch])
     label_map = beam.pvalue.AsSingleton(p | label_stage.BuildLabelMap(source, None))
     runs = os.path.join(staging, ".work", "runs")
     counts, _ = images | plan_stage.SortRuns(runs)

@@ -5,10 +5,11 @@ The in-process runner runs the whole front half (scan, join, locate, pack, spill
 thread while the second core idles until the writers start. Once _JoinFile has scanned a large
 file into its spill, the join of each partition (read the partition, make each image's
 ImageAnnotation, check its path: ~16 us an image at 200,000 small images, a third of the
-front half) goes to a worker process, and the runner's thread meets the joined images
-(~2.5 us to rebuild one) with locate, pack and spill while the worker joins the next
-partition. Same images, same errors, in the same order as the runner's own join. Beam-free:
-the worker imports this module and the join's, not Beam.
+front half) goes to a worker process, and the runner's thread meets the joined images with
+locate, pack and spill while the worker joins the next partition. The worker's plain tuples
+are the runner's batches as they come (records/batches: no image is rebuilt on the runner's
+thread). Same images, same errors, in the same order as the runner's own join. Beam-free: the
+worker imports this module and the join's, not Beam.
 """
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ import collections
 import marshal
 from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple, Union
 
-from beam_tfrecord.records import plain
+from beam_tfrecord.records import batches
+from beam_tfrecord.records.batches import ImageBatch
 from beam_tfrecord.records.keypoints import KeypointLayout
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
+from beam_tfrecord.sources.base import BATCH_IMAGES
 from beam_tfrecord.sources.coco.buffer import _JoinBuffer
 from beam_tfrecord.sources.coco.join import join_found
 from beam_tfrecord.storage.layout import kill_point
@@ -32,7 +35,6 @@ MIN_FILE_BYTES = 16 << 20
 # file); memory stays O(partition)
 AHEAD = 2
 
-_TO_PLAIN, _FROM_PLAIN = plain.record_converters(ImageAnnotation)
 
 
 class JoinTask(NamedTuple):
@@ -67,7 +69,7 @@ def joined(images: Dict[int, List[Tuple]], objects: Dict[int, List[Tuple]], uri:
 
 def join_partition(task: JoinTask) -> Tuple[bytes, List[ErrorRecord]]:
   """A worker process's task: the partition's images, as one marshal dump of their plain
-  tuples (records/plain: what records/packed writes for each image too), and its errors."""
+  tuples (records/batches: the pipeline's batches are lists of them), and its errors."""
   kill_point("join")  # in the worker process
   buffer = _JoinBuffer.reading(task.directory, task.partitions, task.written)
   images, objects = buffer.partition(task.partition)
@@ -78,14 +80,16 @@ def join_partition(task: JoinTask) -> Tuple[bytes, List[ErrorRecord]]:
     if type(out) is ErrorRecord:
       errors.append(out)
     else:
-      found.append(_TO_PLAIN(out))
+      found.append(batches.TO_PLAIN(out))
   return marshal.dumps(found), errors
 
 
-def in_processes(pool, tasks: Iterable[JoinTask]
-                 ) -> Iterator[Union[ImageAnnotation, ErrorRecord]]:
-  """The outputs of join_partition for each task, in the tasks' order, AHEAD partitions
-  handed to `pool` (storage/processes.Pool) before the one being given."""
+def in_processes(pool, tasks: Iterable[JoinTask], size: int = BATCH_IMAGES
+                 ) -> Iterator[Union[ImageBatch, ErrorRecord]]:
+  """The outputs of join_partition for each task, in the tasks' order: each partition's
+  images in batches of at most `size` (its plain tuples are a batch's, records/batches: no
+  image is made here), then its errors. AHEAD partitions are handed to `pool`
+  (storage/processes.Pool) before the one being given."""
   tasks = iter(tasks)
   pending: collections.deque = collections.deque()
   try:
@@ -98,7 +102,9 @@ def in_processes(pool, tasks: Iterable[JoinTask]
       task = next(tasks, None)
       if task is not None:
         pending.append(pool.submit(task))
-      yield from map(_FROM_PLAIN, marshal.loads(blob))
+      found = marshal.loads(blob)
+      for start in range(0, len(found), size):
+        yield found[start:start + size]
       yield from errors
   finally:
     for future in pending:  # the caller stopped early: what is still queued is not started

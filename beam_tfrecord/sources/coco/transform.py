@@ -1,10 +1,11 @@
 """ReadCoco: COCO instances JSON files to a SourceOutput, through either join."""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import apache_beam as beam
 
+from beam_tfrecord.records.batches import ImageBatch
 from beam_tfrecord.records.model import ImageAnnotation
 from beam_tfrecord.sources.base import batch_images
 from beam_tfrecord.sources.coco.join import (_duplicate_category, _zero_verdict, file_layout,
@@ -18,7 +19,7 @@ class ReadCoco(beam.PTransform):
 
   In: `inputs`, a list of (split or None, json_uri, image_root). Out: one ImageAnnotation per
   COCO image (images without annotations included), in lists of at most BATCH_IMAGES
-  (SourceOutput.batched), ErrorRecords, and (name, category_id)
+  (SourceOutput.batched, records/batches), ErrorRecords, and (name, category_id)
   pairs, so that label ids keep COCO's category ids. With drop_background (no --label-map),
   a category with id 0 is dropped with a warning when no annotation uses it, and a file whose
   annotations use it gives a category_zero_used error, which fails the run (category_zero).
@@ -51,7 +52,7 @@ class ReadCoco(beam.PTransform):
                | "JoinFiles" >> beam.ParDo(_JoinFile(
                    self.allow_absolute, self.follow_symlinks, self.drop_background,
                    self.include_masks, processes=self.join_processes))
-               .with_output_types(List[ImageAnnotation]).with_outputs(
+               .with_output_types(ImageBatch).with_outputs(
                    "categories", "errors", "layouts", main="images"))
       images.append(files.images)
       categories.append(files.categories)
@@ -95,8 +96,7 @@ class ReadCoco(beam.PTransform):
       images.append(joined.images | "BatchJoined" >> batch_images())
       errors.append(joined.errors)
     if len(images) > 1:
-      images = [tuple(images) | "Images" >> beam.Flatten().with_output_types(
-          List[ImageAnnotation])]
+      images = [tuple(images) | "Images" >> beam.Flatten().with_output_types(ImageBatch)]
     names = by_key | "Names" >> beam.MapTuple(lambda uri_id, name: (name, uri_id[1]))
     if len(layouts) > 1:
       layouts = [tuple(layouts) | "LayoutsOfFiles" >> beam.Flatten()]

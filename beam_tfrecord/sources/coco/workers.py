@@ -287,9 +287,9 @@ class _JoinFile(_ParseSection):
       layouts = {uri: layout} if layout is not None else None
       if pool is not None:
         spilled = buffer.spilled()
-        yield from in_batches(tagged(join_pool.in_processes(pool, (join_pool.JoinTask(
+        yield from tagged(join_pool.in_processes(pool, (join_pool.JoinTask(
             *spilled, p, uri, split, image_root, categories, self.allow_absolute,
-            self.follow_symlinks, layouts) for p in range(buffer.partitions)))))
+            self.follow_symlinks, layouts) for p in range(buffer.partitions))))
         return
       yield from in_batches(tagged(itertools.chain.from_iterable(join_pool.joined(
           *buffer.partition(p), uri, split, image_root, categories, self.allow_absolute,
