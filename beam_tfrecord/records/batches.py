@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Iterable, List, Set, Tuple
 
 from beam_tfrecord.records import plain
-from beam_tfrecord.records.model import ImageAnnotation, ObjectAnnotation
+from beam_tfrecord.records.model import Box, ImageAnnotation, ObjectAnnotation
 
 ImageBatch = List[Tuple[Any, ...]]  # the type hint of a PCollection of batches
 
@@ -27,6 +27,10 @@ KEY, URI, SOURCE_ID, SOURCE = _IMAGE["key"], _IMAGE["uri"], _IMAGE["source_id"],
 OBJECTS, SPLIT, SIZE_BYTES, LABELS = (_IMAGE["objects"], _IMAGE["split"], _IMAGE["size_bytes"],
                                       _IMAGE["labels"])
 LABEL = plain.field_names(ObjectAnnotation).index("label")  # of an object's tuple
+
+# the tuples of an ImageAnnotation, ObjectAnnotation and Box, made from their fields as the
+# dataclasses would be (keywords, defaults): for a source that has no other use for the records
+IMAGE, OBJECT, BOX = (plain.tuple_maker(c) for c in (ImageAnnotation, ObjectAnnotation, Box))
 
 
 def of(anns: Iterable[ImageAnnotation]) -> ImageBatch:

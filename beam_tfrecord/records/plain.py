@@ -96,8 +96,8 @@ def record_converters(cls: Type) -> Tuple[_Convert, _Convert]:
 def maker(cls: Type) -> Callable[..., Any]:
   """A constructor of `cls` with its __init__'s signature that fills the new record's __dict__
   directly; `cls` itself where __init__ does more than set fields (__post_init__, slots,
-  init=False fields, default factories). For records made per image (write/images.py,
-  sources/coco/join.py): ImageInfo 2.0 -> 0.6 us (loaded 2-core machine, medians)."""
+  init=False fields, default factories). For records made per image (write/images.py):
+  ImageInfo 2.0 -> 0.6 us (loaded 2-core machine, medians)."""
   fields = dataclasses.fields(cls)
   if (hasattr(cls, "__post_init__") or hasattr(cls, "__slots__") or
       any(not f.init or f.default_factory is not dataclasses.MISSING for f in fields)):
@@ -112,5 +112,28 @@ def maker(cls: Type) -> Callable[..., Any]:
       params.append(f"{f.name}=__default{i}")
   source = (f"def make({', '.join(params)}):\n  __r = __new(__cls)\n  __d = __r.__dict__\n" +
             "".join(f"  __d[{f.name!r}] = {f.name}\n" for f in fields) + "  return __r\n")
+  exec(source, namespace)  # noqa: S102 (code made here from field names only)
+  return namespace["make"]
+
+
+@functools.lru_cache(maxsize=None)
+def tuple_maker(cls: Type) -> Callable[..., Tuple]:
+  """A function with the signature of `cls`'s __init__ that returns the record's plain tuple
+  (its fields in order, nested records given as their tuples already): for a source that
+  makes records only to give them as tuples (sources/coco/join.py), without the object and
+  its conversion."""
+  fields = [f for f in dataclasses.fields(cls) if f.init]
+  namespace: Dict[str, Any] = {}
+  params = []
+  for i, f in enumerate(fields):
+    if f.default is not dataclasses.MISSING:
+      namespace[f"__default{i}"] = f.default
+      params.append(f"{f.name}=__default{i}")
+    elif f.default_factory is not dataclasses.MISSING:
+      raise TypeError(f"{cls.__name__}.{f.name} has a default factory")
+    else:
+      params.append(f.name)
+  source = (f"def make({', '.join(params)}):\n"
+            f"  return ({''.join(f.name + ', ' for f in fields)})\n")
   exec(source, namespace)  # noqa: S102 (code made here from field names only)
   return namespace["make"]

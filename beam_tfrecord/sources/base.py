@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from beam_tfrecord.records import batches
-from beam_tfrecord.records.model import ImageAnnotation
 
 if TYPE_CHECKING:  # the helpers below serve Beam-free modules (detection, listings)
   import apache_beam as beam
@@ -38,12 +37,12 @@ class SourceOutput(NamedTuple):
 
 
 def in_batches(outputs, size: int = BATCH_IMAGES):
-  """A DoFn's outputs with its ImageAnnotations in batches (records/batches) of at most
-  `size`, in order; every other output (tagged ones) passed on as it comes."""
+  """A DoFn's outputs with its images (a batch's tuples, records/batches) in batches of at
+  most `size`, in order; every other output (tagged ones) passed on as it comes."""
   batch = []
   for out in outputs:
-    if type(out) is ImageAnnotation:
-      batch.append(batches.TO_PLAIN(out))
+    if type(out) is tuple:
+      batch.append(out)
       if len(batch) == size:
         yield batch
         batch = []
@@ -53,18 +52,20 @@ def in_batches(outputs, size: int = BATCH_IMAGES):
     yield batch
 
 
-def batch_images():
+def batch_images(plain: bool = False):
   """PCollection[ImageAnnotation] -> PCollection[ImageBatch]: batches (records/batches) of
-  BATCH_IMAGES images, formed within each bundle. Typed: Beam samples element sizes for its
+  BATCH_IMAGES images, formed within each bundle; `plain`: the images are a batch's tuples
+  already (COCO's distributed join). Typed: Beam samples element sizes for its
   metrics, and an untyped batch was sized by pickling each of its images (a sampled batch of
   1,000 ImageAnnotations: ~12 ms); a typed batch of tuples is sized by Beam's C coder."""
   import apache_beam as beam
 
   @beam.ptransform_fn
   def BatchImages(images):  # noqa: N802 (a PTransform's name)
-    return (images
-            | "Batch" >> beam.BatchElements(min_batch_size=BATCH_IMAGES,
-                                            max_batch_size=BATCH_IMAGES)
+    batch = beam.BatchElements(min_batch_size=BATCH_IMAGES, max_batch_size=BATCH_IMAGES)
+    if plain:  # tuples already
+      return images | "Batch" >> batch.with_output_types(batches.ImageBatch)
+    return (images | "Batch" >> batch
             | "Plain" >> beam.Map(batches.of).with_output_types(batches.ImageBatch))
   return BatchImages()  # pylint: disable=no-value-for-parameter
 

@@ -73,3 +73,21 @@ def test_maker_builds_the_record_init_would():
   else:
     raise AssertionError("a missing field was accepted")
   assert plain.maker(Checked) is Checked  # its __post_init__ must run
+
+
+def test_tuple_maker_gives_the_tuple_of_the_record_init_would_make():
+  """plain.tuple_maker: the record's plain tuple straight from __init__'s arguments (nested
+  records given as their tuples), defaults included; field_names says which index is which."""
+  to, back = plain.record_converters(Item)
+  make_box, make_item = plain.tuple_maker(Box), plain.tuple_maker(Item)
+  made = make_item("a", make_box(0, 0, 1, 1), points=(1.0,))
+  assert made == to(Item("a", Box(0, 0, 1, 1), points=(1.0,))) == (
+      "a", (0, 0, 1, 1, False), None, (1.0,))
+  assert back(made) == Item("a", Box(0, 0, 1, 1), points=(1.0,))
+  assert plain.field_names(Item) == ("name", "box", "checked", "points")
+  try:
+    make_item(name="a")
+  except TypeError as e:
+    assert "box" in str(e)
+  else:
+    raise AssertionError("a missing field was accepted")

@@ -194,8 +194,8 @@ def _join(tmp_path, image_id, images, objects, categories):
                 for i, c, box, crowd, area in objects)
   out = list(coco.join_image(((uri, image_id), {"image": images, "objects": [chunk]}),
                              {(uri, k): v for k, v in categories.items()}, False))
-  anns = [o for o in out if isinstance(o, ImageAnnotation)]
-  errors = [o.value for o in out if not isinstance(o, ImageAnnotation)]
+  anns = batches.annotations([o for o in out if type(o) is tuple])  # a batch's tuples
+  errors = [o.value for o in out if type(o) is not tuple]
   return uri, anns, errors
 
 
@@ -609,5 +609,5 @@ def test_an_image_with_too_many_annotations_is_rejected_and_collected_no_further
       ("errors", "too_many_objects", "image", "a.jpg")]
   at_bound = list(join_image((("x.json", 1), {"image": image, "objects": [chunk(
       0, MAX_OBJECTS_PER_IMAGE)]}), {("x.json", 1): "cat"}, False))
-  [annotation] = at_bound
+  [annotation] = batches.annotations(at_bound)
   assert len(annotation.objects) == MAX_OBJECTS_PER_IMAGE

@@ -13,6 +13,7 @@ from fuzzing import FUZZ, returns_or_input_error
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from beam_tfrecord.records import batches
 from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation,
                                          InputError)
 from beam_tfrecord.sources import coco
@@ -166,10 +167,12 @@ def test_coco_deeply_nested_json_memory_is_bounded():
 @example(file_name="../x", image_id=1, width=None)
 @example(file_name="a\x00b", image_id=1, width=None)
 def test_coco_join_image_never_raises(scratch, file_name, image_id, width):
-  """Any file name from an image entry becomes an ImageAnnotation inside the root or an
-  error record (the object tuples are internal to ReadCoco, so none are given here)."""
+  """Any file name from an image entry becomes an image inside the root (a batch's tuple,
+  records/batches) or an error record (the object tuples are internal to ReadCoco, so none
+  are given here)."""
   element = (("f.json", image_id), {"image": [(None, scratch, file_name, width, None)],
                                     "objects": []})
   out = list(coco.join_image(element, {("f.json", 1): "cat"}, False))
   for item in out:
-    assert isinstance(item, ImageAnnotation) or item.tag == "errors"
+    assert (type(item) is tuple and isinstance(batches.FROM_PLAIN(item), ImageAnnotation)
+            or item.tag == "errors")

@@ -1,15 +1,14 @@
 """Images meet their objects and category names: join_image (one image's entries and
-objects to an ImageAnnotation or error records), duplicate category ids, and what category
+objects to the image, as a batch's tuple (records/batches), or error records), duplicate category ids, and what category
 id 0 comes to without --label-map."""
 from __future__ import annotations
 
 import operator
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from beam_tfrecord.records import keypoints, plain
+from beam_tfrecord.records import batches, keypoints
 from beam_tfrecord.records.keypoints import KeypointLayout
-from beam_tfrecord.records.model import (Box, ErrorRecord, ImageAnnotation, InputError,
-                                         ObjectAnnotation)
+from beam_tfrecord.records.model import ErrorRecord, InputError
 from beam_tfrecord.sources.base import MAX_OBJECTS_PER_IMAGE
 from beam_tfrecord.storage import paths
 
@@ -25,15 +24,17 @@ def _duplicate_category(element):
 
 
 _INDEX = operator.itemgetter(0)
-# one image and its objects per COCO image: built without the frozen dataclasses' per-field
-# object.__setattr__ (records/plain.maker)
-_IMAGE, _OBJECT, _BOX = (plain.maker(c) for c in (ImageAnnotation, ObjectAnnotation, Box))
+# one image and its objects per COCO image, made as the tuples a batch holds: the join's
+# worker process sends them and the runner's steps read them as they are (records/batches);
+# as dataclasses, made and then converted, they cost ~4 us more an image (py-spy, 200k)
+_IMAGE, _OBJECT, _BOX = batches.IMAGE, batches.OBJECT, batches.BOX
 
 
 def join_image(element, categories: Dict[Tuple[str, int], str], allow_absolute: bool,
                follow_symlinks: bool = False,
                layouts: Optional[Dict[str, KeypointLayout]] = None):
-  """((uri, image_id), {'image': [...], 'objects': [chunk, ...]}) -> ImageAnnotation | errors.
+  """((uri, image_id), {'image': [...], 'objects': [chunk, ...]}) -> the image (a batch's
+  tuple, records/batches) | errors.
 
   A chunk is a tuple of (index, category_id, (x0, y0, x1, y1), is_crowd, area, id,
   segmentation, keypoints). `layouts`: each file's keypoint layout (file_layout), for the
@@ -64,7 +65,7 @@ def join_found(uri: str, image_id: int, images: List[Tuple], objects: List[Tuple
                layouts: Optional[Dict[str, KeypointLayout]] = None):
   """join_image of one image's entries (split, image_root, file_name, width, height) and its
   object chunks, as _JoinFile finds them (no grouped element to build per image): the
-  ImageAnnotation, or ErrorRecords (the caller tags them; Beam-free, for the join's worker
+  image as a batch's tuple (records/batches), or ErrorRecords (the caller tags them; Beam-free, for the join's worker
   processes, sources/coco/join_pool)."""
   if len(objects) > MAX_OBJECTS_PER_IMAGE and images:
     yield ErrorRecord(
@@ -93,7 +94,7 @@ def join_found(uri: str, image_id: int, images: List[Tuple], objects: List[Tuple
   except InputError as e:
     yield e.record(_image_source(uri, image_id), file_name)
     return
-  objs: List[ObjectAnnotation] = []
+  objs: List[Tuple] = []
   if len(objects) > 1:
     objects.sort(key=_INDEX)
   layout = layouts.get(uri) if layouts else None

@@ -4,7 +4,7 @@
 The in-process runner runs the whole front half (scan, join, locate, pack, spill) on one
 thread while the second core idles until the writers start. Once _JoinFile has scanned a large
 file into its spill, the join of each partition (read the partition, make each image's
-ImageAnnotation, check its path: ~16 us an image at 200,000 small images, a third of the
+tuple, check its path: ~16 us an image at 200,000 small images, a third of the
 front half) goes to a worker process, and the runner's thread meets the joined images with
 locate, pack and spill while the worker joins the next partition. The worker's plain tuples
 are the runner's batches as they come (records/batches: no image is rebuilt on the runner's
@@ -20,7 +20,7 @@ from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple, 
 from beam_tfrecord.records import batches
 from beam_tfrecord.records.batches import ImageBatch
 from beam_tfrecord.records.keypoints import KeypointLayout
-from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
+from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.sources.base import BATCH_IMAGES
 from beam_tfrecord.sources.coco.buffer import _JoinBuffer
 from beam_tfrecord.sources.coco.join import join_found
@@ -56,7 +56,7 @@ def joined(images: Dict[int, List[Tuple]], objects: Dict[int, List[Tuple]], uri:
            split: Optional[str], image_root: str, categories: Dict[Tuple[str, int], str],
            allow_absolute: bool, follow_symlinks: bool,
            layouts: Optional[Dict[str, KeypointLayout]]
-           ) -> Iterator[Union[ImageAnnotation, ErrorRecord]]:
+           ) -> Iterator[Union[Tuple, ErrorRecord]]:
   """join_found of every image of one partition (_JoinBuffer.partition), then the errors of
   the objects whose image is unknown."""
   for image_id, found in images.items():
@@ -80,7 +80,7 @@ def join_partition(task: JoinTask) -> Tuple[bytes, List[ErrorRecord]]:
     if type(out) is ErrorRecord:
       errors.append(out)
     else:
-      found.append(batches.TO_PLAIN(out))
+      found.append(out)
   return marshal.dumps(found), errors
 
 

@@ -1,12 +1,11 @@
 """ReadCoco: COCO instances JSON files to a SourceOutput, through either join."""
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import apache_beam as beam
 
 from beam_tfrecord.records.batches import ImageBatch
-from beam_tfrecord.records.model import ImageAnnotation
 from beam_tfrecord.sources.base import batch_images
 from beam_tfrecord.sources.coco.join import (_duplicate_category, _zero_verdict, file_layout,
                                              join_image)
@@ -17,7 +16,7 @@ from beam_tfrecord.sources.keypoints import source_output
 class ReadCoco(beam.PTransform):
   """COCO instances JSON files -> SourceOutput.
 
-  In: `inputs`, a list of (split or None, json_uri, image_root). Out: one ImageAnnotation per
+  In: `inputs`, a list of (split or None, json_uri, image_root). Out: one image per
   COCO image (images without annotations included), in lists of at most BATCH_IMAGES
   (SourceOutput.batched, records/batches), ErrorRecords, and (name, category_id)
   pairs, so that label ids keep COCO's category ids. With drop_background (no --label-map),
@@ -92,8 +91,8 @@ class ReadCoco(beam.PTransform):
                 | "GroupByImage" >> beam.CoGroupByKey()
                 | "Join" >> beam.FlatMap(join_image, beam.pvalue.AsDict(by_key),
                                          self.allow_absolute, self.follow_symlinks, by_file)
-                .with_output_types(ImageAnnotation).with_outputs("errors", main="images"))
-      images.append(joined.images | "BatchJoined" >> batch_images())
+                .with_output_types(Tuple[Any, ...]).with_outputs("errors", main="images"))
+      images.append(joined.images | "BatchJoined" >> batch_images(plain=True))
       errors.append(joined.errors)
     if len(images) > 1:
       images = [tuple(images) | "Images" >> beam.Flatten().with_output_types(ImageBatch)]
