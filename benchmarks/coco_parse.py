@@ -13,7 +13,15 @@ section (`*-1`: a distributed per-section task's job):
              sources/depth.check (a candidate: ijson's prefixes cost memory quadratic in
              the nesting, so it would also need a byte-level guard before it)
   json       json.loads of the whole file: the floor, not a streaming path
+  orjson, msgspec   the same floor with orjson.loads and msgspec.json.decode (the same dicts)
   stream-1, items-1   the annotations alone
+  fields-json, fields-msgspec   the annotations alone, each to the tuple the join takes
+             (image_id, category_id, box as x0, y0, x1, y1, iscrowd, area): json.loads and
+             sources/coco/entries.annotation_fields' checks, against msgspec's typed decode
+             (its types checked in C) into a Struct of those fields (issue 37, item 5)
+
+orjson and msgspec are not the project's dependencies (benchmarks/requirements.txt): a
+candidate whose module is not installed is left out, with a line saying so.
 
 Every candidate must give the same entries (checked once, untimed). CPU seconds of this
 process (time.process_time) consuming the entries one at a time, medians of --repeats
@@ -37,7 +45,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Annotated, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -78,6 +86,44 @@ def _json(path: str) -> Iterator[Tuple[str, Any]]:
   return ((s, e) for s in SECTIONS for e in doc.get(s, []))
 
 
+def _orjson(path: str) -> Iterator[Tuple[str, Any]]:
+  import orjson
+  with open(path, "rb") as f:
+    doc = orjson.loads(f.read())
+  return ((s, e) for s in SECTIONS for e in doc.get(s, []))
+
+
+def _msgspec(path: str) -> Iterator[Tuple[str, Any]]:
+  import msgspec
+  with open(path, "rb") as f:
+    doc = msgspec.json.decode(f.read())
+  return ((s, e) for s in SECTIONS for e in doc.get(s, []))
+
+
+def _fields_json(path: str) -> Iterator[Tuple[str, Any]]:
+  from beam_tfrecord.sources.coco.entries import annotation_fields
+  with open(path, "rb") as f:
+    doc = json.loads(f.read())
+  return (("annotations", annotation_fields(e)) for e in doc["annotations"])
+
+
+def _fields_msgspec(path: str) -> Iterator[Tuple[str, Any]]:
+  import msgspec
+
+  annotation = msgspec.defstruct("Annotation", [
+      ("image_id", int), ("category_id", int), ("bbox", Tuple[float, float, float, float]),
+      ("iscrowd", Annotated[int, msgspec.Meta(ge=0, le=1)], 0),
+      ("area", Optional[float], None)])
+  Doc = msgspec.defstruct("Doc", [("annotations", List[annotation])])  # noqa: N806
+
+  with open(path, "rb") as f:
+    doc = msgspec.json.decode(f.read(), type=Doc)
+  for a in doc.annotations:
+    x, y, w, h = a.bbox
+    yield "annotations", (a.image_id, a.category_id, (x, y, x + w, y + h), bool(a.iscrowd),
+                          a.area)
+
+
 def _stream_1(path: str) -> Iterator[Tuple[str, Any]]:
   from beam_tfrecord.sources.coco.stream import stream_section
   with open(path, "rb") as f:
@@ -86,8 +132,29 @@ def _stream_1(path: str) -> Iterator[Tuple[str, Any]]:
 
 
 CANDIDATES: Dict[str, Callable[[str], Iterator[Tuple[str, Any]]]] = {
-    "stream": _stream, "scan": _scan, "items": _items, "json": _json,
-    "stream-1": _stream_1, "items-1": lambda path: _items(path, ("annotations",))}
+    "stream": _stream, "scan": _scan, "items": _items, "json": _json, "orjson": _orjson,
+    "msgspec": _msgspec, "stream-1": _stream_1,
+    "items-1": lambda path: _items(path, ("annotations",)),
+    "fields-json": _fields_json, "fields-msgspec": _fields_msgspec}
+MODULES = {"orjson": "orjson", "msgspec": "msgspec", "fields-msgspec": "msgspec"}
+
+
+def _group(name: str) -> str:
+  """Candidates that must give the same entries: every section's, the annotations', or the
+  annotations' tuples."""
+  return "fields" if name.startswith("fields-") else "one" if name.endswith("-1") else "all"
+
+
+def installed(names: List[str]) -> List[str]:
+  """The candidates whose modules import, a line for each left out."""
+  import importlib.util
+  kept = []
+  for name in names:
+    if name in MODULES and importlib.util.find_spec(MODULES[name]) is None:
+      print(f"{name}: {MODULES[name]} is not installed, left out", flush=True)
+    else:
+      kept.append(name)
+  return kept
 
 
 def _same(a: list, b: list) -> bool:
@@ -100,13 +167,13 @@ def time_file(path: str, names: List[str], repeats: int) -> Dict[str, Dict]:
   """{candidate: {"cpu_s": [...], "median_s": m}}: first every candidate's entries compared
   (untimed), then --repeats rounds, the candidates interleaved in each, each consuming its
   entries one at a time as the join does (none held)."""
-  reference: Dict[bool, list] = {}
+  reference: Dict[str, list] = {}
   for name in names:
     entries = list(CANDIDATES[name](path))
-    one = name.endswith("-1")
-    if one in reference and not _same(entries, reference[one]):
+    group = _group(name)
+    if group in reference and not _same(entries, reference[group]):
       raise SystemExit(f"{name} read other entries than the first candidate in {path}")
-    reference.setdefault(one, entries)
+    reference.setdefault(group, entries)
   del entries, reference
   runs: Dict[str, List[float]] = {name: [] for name in names}
   for _ in range(repeats):
@@ -140,6 +207,7 @@ def main(argv=None) -> int:
   unknown = sorted(set(names) - set(CANDIDATES))
   if unknown:
     parser.error(f"unknown candidates {unknown}")
+  names = installed(names)
   work = tempfile.mkdtemp(prefix="coco-parse-smoke-") if args.smoke else \
       os.path.join(args.cache_dir, "coco-parse")
   if args.smoke:
