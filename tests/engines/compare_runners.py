@@ -23,9 +23,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Sequence
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -139,6 +140,44 @@ def convert_on(engine: str, args: List[str], output: Path, env_type: str = "proc
 def convert_prism(args: List[str], output: Path, env_type: str = "process", tree: Path = REPO,
                   timeout: float = 600) -> subprocess.CompletedProcess:
   return convert_on("prism", args, output, env_type, tree, timeout)
+
+
+def beside_direct(inputs: Dict[str, List[str]], root: Path, engine: str,
+                  convert: Callable[[List[str], Path], subprocess.CompletedProcess],
+                  says: Sequence[str] = ()) -> List[str]:
+  """Each input converted on `engine` (`convert(args, output)`: the engine's jobs one after
+  the other, in a thread) beside the default runner's conversions, into root/NAME/ENGINE and
+  root/NAME/direct. Asserts that each engine run names this Beam version with PROCESS
+  workers, and each of `says`, and wrote non-empty shards; returns the problems ([] when
+  none): a failed run, a file that differs from the default runner's, a failed verify."""
+  folder = engine.lower()
+  on_engine: Dict[str, subprocess.CompletedProcess] = {}
+
+  def jobs():
+    for name, args in inputs.items():
+      on_engine[name] = convert(args, root / name / folder)
+
+  thread = threading.Thread(target=jobs)
+  thread.start()
+  direct = {name: convert_direct(args, root / name / "direct", timeout=120)
+            for name, args in inputs.items()}
+  thread.join()
+  problems = []
+  for name in inputs:
+    if direct[name].returncode != 0:
+      problems.append(f"{name}: DirectRunner failed: {direct[name].stderr[-3000:]}")
+    elif name not in on_engine or on_engine[name].returncode != 0:
+      problems.append(f"{name}: {engine} failed: " +
+                      (on_engine[name].stderr[-5000:] if name in on_engine else "did not run"))
+    else:
+      for said in (f"(Beam {BEAM_VERSION}, process)", *says):
+        assert said in on_engine[name].stderr, (name, said)
+      shards = sorted((root / name / folder).glob("*.tfrecord"))
+      assert shards and all(p.stat().st_size > 0 for p in shards), name
+      problems += [f"{name}: {d}" for d in
+                   differences(root / name / "direct", root / name / folder)]
+      problems += verify(root / name / folder)
+  return problems
 
 
 def last_error(done: subprocess.CompletedProcess) -> str:

@@ -23,7 +23,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import urllib.request
 from pathlib import Path
 
@@ -100,34 +99,9 @@ def test_flink_gives_the_direct_runners_bytes(inputs, tmp_path, monkeypatch):
   default runner; the Flink jobs one after the other, beside the default runner's."""
   monkeypatch.setenv("BEAM_TFRECORD_PYTHON", sys.executable)
   finished = _overview().get("jobs-finished", 0)
-  flink = {}
-
-  def on_flink():
-    for name, args in inputs.items():
-      flink[name] = compare_runners.convert_on("flink", args, tmp_path / name / "flink",
-                                               "process", timeout=600)
-
-  jobs = threading.Thread(target=on_flink)
-  jobs.start()
-  direct = {name: compare_runners.convert_direct(args, tmp_path / name / "direct", timeout=120)
-            for name, args in inputs.items()}
-  jobs.join()
-  problems = []
-  for name in inputs:
-    if direct[name].returncode != 0:
-      problems.append(f"{name}: DirectRunner failed: {direct[name].stderr[-3000:]}")
-    elif name not in flink or flink[name].returncode != 0:
-      problems.append(f"{name}: Flink failed: " +
-                      (flink[name].stderr[-5000:] if name in flink else "did not run"))
-    else:
-      assert f"(Beam {BEAM_VERSION}, process)" in flink[name].stderr
-      assert " on 127.0.0.1:8091" in flink[name].stderr
-      shards = sorted((tmp_path / name / "flink").glob("*.tfrecord"))
-      assert shards and all(p.stat().st_size > 0 for p in shards), name
-      problems += [f"{name}: {d}" for d in
-                   compare_runners.differences(tmp_path / name / "direct", tmp_path / name / "flink")]
-      problems += compare_runners.verify(tmp_path / name / "flink")
-  assert problems == []
+  assert compare_runners.beside_direct(
+      inputs, tmp_path, "Flink", lambda args, output: compare_runners.convert_on(
+          "flink", args, output, "process", timeout=600), says=[" on 127.0.0.1:8091"]) == []
   # each conversion was a job of the cluster's JobManager, finished there
   after = _overview()
   assert after.get("jobs-finished", 0) - finished >= len(inputs), after

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -68,30 +67,6 @@ def test_prism_gives_the_direct_runners_bytes(inputs, tmp_path, monkeypatch):
   monkeypatch.setenv("BEAM_TFRECORD_PYTHON", sys.executable)
   monkeypatch.setenv("PRISM", str(PRISM))
   monkeypatch.setenv("BEAM_BOOT", str(BOOT))
-  prism = {}
-
-  def on_prism():
-    for name, args in inputs.items():
-      prism[name] = compare_runners.convert_prism(args, tmp_path / name / "prism", "process",
-                                                  timeout=300)
-
-  jobs = threading.Thread(target=on_prism)
-  jobs.start()
-  direct = {name: compare_runners.convert_direct(args, tmp_path / name / "direct", timeout=120)
-            for name, args in inputs.items()}
-  jobs.join()
-  problems = []
-  for name in inputs:
-    if direct[name].returncode != 0:
-      problems.append(f"{name}: DirectRunner failed: {direct[name].stderr[-3000:]}")
-    elif name not in prism or prism[name].returncode != 0:
-      problems.append(f"{name}: Prism failed: " +
-                      (prism[name].stderr[-5000:] if name in prism else "did not run"))
-    else:
-      assert f"(Beam {BEAM_VERSION}, process)" in prism[name].stderr
-      shards = sorted((tmp_path / name / "prism").glob("*.tfrecord"))
-      assert shards and all(p.stat().st_size > 0 for p in shards), name
-      problems += [f"{name}: {d}" for d in
-                   compare_runners.differences(tmp_path / name / "direct", tmp_path / name / "prism")]
-      problems += compare_runners.verify(tmp_path / name / "prism")
-  assert problems == []
+  assert compare_runners.beside_direct(
+      inputs, tmp_path, "Prism", lambda args, output: compare_runners.convert_prism(
+          args, output, "process", timeout=300)) == []

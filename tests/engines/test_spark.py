@@ -25,7 +25,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import urllib.request
 from pathlib import Path
 
@@ -114,34 +113,9 @@ def test_spark_gives_the_direct_runners_bytes(inputs, tmp_path, monkeypatch):
   # project's sdist) in fresh venvs over the worker image (worker.sh)
   monkeypatch.setenv("BEAM_TFRECORD_PYTHON", sys.executable)
   completed = {a.get("id") for a in _master().get("completedapps", [])}
-  spark = {}
-
-  def on_spark():
-    for name, args in inputs.items():
-      spark[name] = compare_runners.convert_on("spark", args, tmp_path / name / "spark",
-                                               "process", timeout=600)
-
-  jobs = threading.Thread(target=on_spark)
-  jobs.start()
-  direct = {name: compare_runners.convert_direct(args, tmp_path / name / "direct", timeout=120)
-            for name, args in inputs.items()}
-  jobs.join()
-  problems = []
-  for name in inputs:
-    if direct[name].returncode != 0:
-      problems.append(f"{name}: DirectRunner failed: {direct[name].stderr[-3000:]}")
-    elif name not in spark or spark[name].returncode != 0:
-      problems.append(f"{name}: Spark failed: " +
-                      (spark[name].stderr[-5000:] if name in spark else "did not run"))
-    else:
-      assert f"(Beam {BEAM_VERSION}, process)" in spark[name].stderr
-      assert " on spark://" in spark[name].stderr
-      shards = sorted((tmp_path / name / "spark").glob("*.tfrecord"))
-      assert shards and all(p.stat().st_size > 0 for p in shards), name
-      problems += [f"{name}: {d}" for d in
-                   compare_runners.differences(tmp_path / name / "direct", tmp_path / name / "spark")]
-      problems += compare_runners.verify(tmp_path / name / "spark")
-  assert problems == []
+  assert compare_runners.beside_direct(
+      inputs, tmp_path, "Spark", lambda args, output: compare_runners.convert_on(
+          "spark", args, output, "process", timeout=600), says=[" on spark://"]) == []
   # each conversion was an application of the cluster's master, not a Spark inside the driver
   ran = [a for a in _master().get("completedapps", []) if a.get("id") not in completed]
   assert len(ran) >= len(inputs), ran
