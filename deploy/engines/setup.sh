@@ -380,15 +380,20 @@ echo "$found" > "$pointer"
 echo "$found"
 }
 
-if [ "$ENGINE" = spark ]; then
-build_matching python-boot "$MODULE/python/container" boot
-worker_image
+# a JVM engine's common part ($1: its name as logged): the Python boot, the worker image,
+# java and Maven (MVN) on PATH
+jvm_engine() {
+  build_matching python-boot "$MODULE/python/container" boot
+  worker_image
+  MVN=${MVN:-mvn}
+  command -v java >/dev/null || { log "java is not on PATH ($1 and its job server are JVM programs)"; exit 1; }
+  command -v "$MVN" >/dev/null || { log "$MVN is not on PATH (the job server comes from Maven Central)"; exit 1; }
+}
 
+if [ "$ENGINE" = spark ]; then
+jvm_engine Spark
 SPARK_VERSION=${SPARK_VERSION:-3.5.0}
 SPARK_CACHE="$ENGINES_CACHE/spark"
-MVN=${MVN:-mvn}
-command -v java >/dev/null || { log "java is not on PATH (Spark and its job server are JVM programs)"; exit 1; }
-command -v "$MVN" >/dev/null || { log "$MVN is not on PATH (the job server comes from Maven Central)"; exit 1; }
 
 # pyspark from PyPI: Spark's jars and scripts (SPARK_HOME is its package folder)
 pyspark_dir="$SPARK_CACHE/pyspark-$SPARK_VERSION"
@@ -415,15 +420,10 @@ exit $?
 fi
 
 # ---------------------------------------------------------------------------------- flink
-build_matching python-boot "$MODULE/python/container" boot
-worker_image
-
+jvm_engine Flink
 FLINK_VERSION=${FLINK_VERSION:-1.19.0}
 FLINK_MINOR=${FLINK_VERSION%.*}
 FLINK_CACHE="$ENGINES_CACHE/flink"
-MVN=${MVN:-mvn}
-command -v java >/dev/null || { log "java is not on PATH (Flink and its job server are JVM programs)"; exit 1; }
-command -v "$MVN" >/dev/null || { log "$MVN is not on PATH (the job server comes from Maven Central)"; exit 1; }
 
 # Flink's jars from PyPI: apache-flink-libraries (an sdist: downloaded and unpacked, not
 # built) carries lib/ (flink-dist, log4j) and bin/bash-java-utils.jar (which computes a
