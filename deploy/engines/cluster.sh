@@ -268,6 +268,10 @@ taskmanager.bind-host: $HOST
 taskmanager.host: $HOST
 taskmanager.numberOfTaskSlots: 1
 taskmanager.memory.process.size: ${FLINK_TM_MEMORY:-2048m}
+# a batch job deploys several of its stages at once in one slot, each asking its network
+# buffers: at Flink's default (10%, 5,079 buffers) YOLO's source stage was refused ("required
+# 512, but only 441 available"; seen from commit 4cb0cd5 on)
+taskmanager.memory.network.fraction: 0.2
 parallelism.default: $WORKERS
 CONF
   cat > "$RUN/conf/log4j.properties" <<'CONF'
