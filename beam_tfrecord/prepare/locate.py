@@ -97,10 +97,10 @@ class PrepareImages(beam.PTransform):
 
   In: a source's batches (records/batches; sources/registry.read: at most BATCH_IMAGES
   images each, formed within each bundle, so a large source stays many elements across
-  workers). Out: the same
-  batches, each image with a split and a file size; images whose file is missing, or with
-  more objects than any image may have (bounds.py), become ErrorRecords. `remote`: images on
-  an object store, whose sizes are looked up concurrently, a batch at a time.
+  workers). Out: the same batches, each image with a split and a file size; images whose
+  file is missing, or with more objects than any image may have (bounds.py), become
+  ErrorRecords. `remote`: images on an object store, whose sizes are looked up
+  concurrently, a batch at a time.
   """
 
   def __init__(self, fractions: Optional[Mapping[str, float]], remote: bool = False):

@@ -35,6 +35,7 @@ import functools
 import importlib
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from beam_tfrecord.records.batches import FROM_PLAIN
 from beam_tfrecord.schemas import base
 from beam_tfrecord.schemas.base import Encoded  # noqa: F401 (re-exported)
 from beam_tfrecord.schemas.base import parse_feature_names
@@ -123,7 +124,6 @@ class Schema:
     planned = getattr(self.module, "planned_records", None)
     if planned is None:
       return _one_record
-    from beam_tfrecord.records.batches import FROM_PLAIN
     return lambda image: planned(FROM_PLAIN(image))
 
   def manifest_features(self, keypoints: bool = False) -> Dict[str, Dict[str, str]]:

@@ -54,10 +54,11 @@ def in_batches(outputs, size: int = BATCH_IMAGES):
 
 def batch_images(plain: bool = False):
   """PCollection[ImageAnnotation] -> PCollection[ImageBatch]: batches (records/batches) of
-  BATCH_IMAGES images, formed within each bundle; `plain`: the images are a batch's tuples
-  already (COCO's distributed join). Typed: Beam samples element sizes for its
-  metrics, and an untyped batch was sized by pickling each of its images (a sampled batch of
-  1,000 ImageAnnotations: ~12 ms); a typed batch of tuples is sized by Beam's C coder."""
+  BATCH_IMAGES images, formed within each bundle; with `plain`, the images come as a
+  batch's tuples already (COCO's distributed join). Typed: Beam samples element sizes for
+  its metrics, and an untyped batch was sized by pickling each of its images (a sampled
+  batch of 1,000 ImageAnnotations: ~12 ms); a typed batch of tuples is sized by Beam's C
+  coder."""
   import apache_beam as beam
 
   @beam.ptransform_fn

@@ -1,6 +1,6 @@
 """Images meet their objects and category names: join_image (one image's entries and
-objects to the image, as a batch's tuple (records/batches), or error records), duplicate category ids, and what category
-id 0 comes to without --label-map."""
+objects to the image, as a batch's tuple (records/batches), or error records), duplicate
+category ids, and what category id 0 comes to without --label-map."""
 from __future__ import annotations
 
 import operator
@@ -65,8 +65,8 @@ def join_found(uri: str, image_id: int, images: List[Tuple], objects: List[Tuple
                layouts: Optional[Dict[str, KeypointLayout]] = None):
   """join_image of one image's entries (split, image_root, file_name, width, height) and its
   object chunks, as _JoinFile finds them (no grouped element to build per image): the
-  image as a batch's tuple (records/batches), or ErrorRecords (the caller tags them; Beam-free, for the join's worker
-  processes, sources/coco/join_pool)."""
+  image as a batch's tuple (records/batches), or ErrorRecords (the caller tags them;
+  Beam-free, for the join's worker processes, sources/coco/join_pool)."""
   if len(objects) > MAX_OBJECTS_PER_IMAGE and images:
     yield ErrorRecord(
         source=_image_source(uri, image_id), stage="parse", reason="too_many_objects",
