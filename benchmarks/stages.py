@@ -201,7 +201,7 @@ FRAME_STAGES: Tuple[Tuple[str, Optional[str]], ...] = (
     ("ShardCounter.", WRITE),
     ("(beam_tfrecord/records/tfrecord.py", WRITE),
     ("(beam_tfrecord/write/shard_writer.py", WRITE),
-    ("(beam_tfrecord/write/shard_index.py", WRITE),
+    ("(beam_tfrecord/write/catalog.py", WRITE),
     ("(beam_tfrecord/write/transform.py", WRITE),
     ("_WriteShard.", WRITE),
     # the write's set-up: gc.collect + malloc_trim, once per DoFn instance

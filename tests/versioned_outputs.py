@@ -79,3 +79,27 @@ def full(root: Path, tmp: Path) -> dict:
   out = tmp / f"full-{len(list(tmp.glob('full-*')))}"
   run(root, str(out))
   return records(str(out))
+
+
+def edit_catalog(path: Path, edit, schema=None, record: bool = False) -> None:
+  """Rewrite a catalog partition (a Parquet file of a version): edit(columns) changes its
+  columns (a dict of lists) in place; `schema` writes them with other column types. With
+  `record`, the version's manifest is made to list the new file's digest and rows too, as a
+  forger who knows the format would."""
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  from beam_tfrecord.write import catalog
+  columns = pq.read_table(path).to_pydict()
+  edit(columns)
+  os.chmod(path, 0o644)
+  pq.write_table(pa.Table.from_pydict(columns, schema=schema or catalog.SCHEMA), path)
+  if record:
+    manifest_path = path.parent / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    for entry in manifest["shard_plan"].values():
+      for k, name in enumerate(entry.get("indexes") or ()):
+        if name == path.name:
+          entry["index_digests"][k] = catalog.file_digest(path.read_bytes())
+          entry["index_rows"][k] = len(columns["key"])
+    os.chmod(manifest_path, 0o644)
+    manifest_path.write_text(json.dumps(manifest))

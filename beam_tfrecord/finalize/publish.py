@@ -23,7 +23,7 @@ from beam_tfrecord.records.manifest import Manifest
 from beam_tfrecord.records.tfrecord import read_record
 from beam_tfrecord.storage import paths, versions
 from beam_tfrecord.storage.layout import MANIFEST, OWN_PREFIX, kill_point
-from beam_tfrecord.write import shard_index
+from beam_tfrecord.write import catalog
 
 
 class LostRace(Exception):
@@ -44,7 +44,7 @@ def name_segments(stats: Sequence[Dict], template: str) -> List[Dict]:
     for k, s in enumerate(items):
       s = dict(s)
       final = naming.format_shard_name(template, split, k, n, s["examples"])
-      index = shard_index.index_name(split, k, n)
+      index = catalog.index_name(split, k, n)
       if not s.get("kept_from"):
         written = s.get("staged") or s["path"]
         s.pop("staged", None)
@@ -113,7 +113,7 @@ def shard_and_index_files(manifest: Manifest) -> List[str]:
 def seal(run_directory: str, stats: Sequence[Dict]) -> Dict[str, str]:
   """A version's shards and indexes made read-only (locally: versions share them as hard
   links, and read-only stops all but root), then each shard's stamp taken
-  (shard_index.file_stamp), {shard name: stamp}: the manifest records them, and the next
+  (catalog.file_stamp), {shard name: stamp}: the manifest records them, and the next
   run keeps a shard unread only while its stamp is the same. Empty on object stores."""
   if paths.is_remote(run_directory):
     return {}
@@ -128,7 +128,7 @@ def seal(run_directory: str, stats: Sequence[Dict]) -> Dict[str, str]:
       st = os.lstat(path)
       if stat.S_ISREG(st.st_mode):
         os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o222)
-    stamps[s["path"]] = shard_index.file_stamp(paths.child(run_directory, s["path"]))
+    stamps[s["path"]] = catalog.file_stamp(paths.child(run_directory, s["path"]))
   return stamps
 
 
@@ -166,7 +166,7 @@ def check_version(directory: str, manifest: Manifest, kept: Iterable[str] = ()) 
         if shard.path in kept:
           continue
         count = 0
-        with shard_index.open_earlier(uri) as f:
+        with catalog.open_earlier(uri) as f:
           while read_record(f) is not None:
             count += 1
         if shard.examples is not None and count != shard.examples:

@@ -33,16 +33,20 @@ class Previous:
   settings: Dict[str, Any]                    # its config, as the manifest records it
   images: Dict[str, int]                      # images per split
   # what each shard file and index was when its version was made ('' where not recorded):
-  # the file's stamp (shard_stamp) and the index's digest (shard_index.file_digest)
+  # the file's stamp (shard_stamp) and the index's digest (catalog.file_digest)
   stamps: Dict[str, Tuple[str, ...]] = dataclasses.field(default_factory=dict)
   index_digests: Dict[str, Tuple[str, ...]] = dataclasses.field(default_factory=dict)
+  index_rows: Dict[str, Tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
-  def recorded(self, split: str, shard: int) -> Tuple[str, str]:
-    """(the shard file's stamp, its index's digest) as its version recorded them, '' each
-    where it did not (an older version): a file that differs is checked before any use."""
+  def recorded(self, split: str, shard: int) -> Tuple[str, str, int]:
+    """(the shard file's stamp, its catalog partition's digest and row count) as its version
+    recorded them, '' and -1 where it did not (an older version): a file that differs is
+    checked before any use, a partition that differs is not used."""
     stamps, digests = self.stamps.get(split, ()), self.index_digests.get(split, ())
+    rows = self.index_rows.get(split, ())
     return (stamps[shard] if shard < len(stamps) else "",
-            digests[shard] if shard < len(digests) else "")
+            digests[shard] if shard < len(digests) else "",
+            rows[shard] if shard < len(rows) else -1)
 
   def shard(self, split: str, shard: int) -> Optional[Tuple[str, str]]:
     """(shard file uri, index uri) of one shard, None when it has no index to compare with."""
@@ -88,7 +92,7 @@ def from_manifest(directory: str, manifest: Union[Manifest, Mapping[str, Any]],
     plan = manifest.shard_plan
     if not isinstance(plan, dict):
       raise ValueError("it has no shard_plan (written by an older version)")
-    splits, shards, indexes, images, stamps, digests = {}, {}, {}, {}, {}, {}
+    splits, shards, indexes, images, stamps, digests, rows = {}, {}, {}, {}, {}, {}, {}
     for split, entry in plan.items():
       bounds = tuple(decode_bound(b) for b in entry["bounds"])
       planned = tuple(int(n) for n in entry["planned"])
@@ -110,6 +114,7 @@ def from_manifest(directory: str, manifest: Union[Manifest, Mapping[str, Any]],
                                     deltas if segments else ())
       stamps[split] = _per_file(entry.get("stamps"), len(files), str, "stamps")
       digests[split] = _per_file(entry.get("index_digests"), len(files), str, "index_digests")
+      rows[split] = _per_file(entry.get("index_rows"), len(files), int, "index_rows")
       shards[split] = tuple(files)
       indexes[split] = tuple(entry.get("indexes") or ("",) * len(files))
       images[split] = manifest.splits[split].images
@@ -121,7 +126,7 @@ def from_manifest(directory: str, manifest: Union[Manifest, Mapping[str, Any]],
     raise UsageError(f"{option} {directory}: its manifest.json has no usable shard plan "
                      f"({e})") from None
   return Previous(directory, splits, shards, indexes, label_map, settings, images, stamps,
-                  digests)
+                  digests, rows)
 
 
 def _per_file(value: Any, files: int, kind: type, name: str) -> Tuple:
@@ -205,10 +210,12 @@ def plan_record(plan: ShardPlan, stats: Sequence[Mapping],
 
 def _add_checks(entry: Dict, files: Sequence[Mapping], stamps: Optional[Mapping[str, str]]
                 ) -> None:
-  """A split's `stamps` and `index_digests` (one per shard file, in order) when all are known:
-  what the next run checks a file against before it keeps it (write/shard_writer)."""
+  """A split's `stamps`, `index_digests` and `index_rows` (one per shard file, in order) when
+  all are known: what the next run checks a file and its catalog partition against before it
+  uses them (write/shard_writer)."""
   digests = [s.get("index_digest") for s in files]
   if files and all(digests) and entry.get("indexes"):
     entry["index_digests"] = digests
+    entry["index_rows"] = [s["images"] + s["rejected"] for s in files]
   if stamps is not None and files and all(stamps.get(s["path"]) for s in files):
     entry["stamps"] = [stamps[s["path"]] for s in files]

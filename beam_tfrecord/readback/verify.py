@@ -209,36 +209,42 @@ def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lo
 
 
 def check_indexes(output: str, manifest, present, skip=()) -> List[str]:
-  """Each shard index (--plan-from, --incremental, --append) against its shard: its entries
-  cover the file end to end, and each image's byte range holds as many whole framed records
-  as it lists, with the digest it lists (indexes since --append). The next run trusts none of
-  this (it checks every range it copies); verify says where an index went wrong. Names in
-  `skip` (links, directories: reported already) are not read."""
-  from beam_tfrecord.write import shard_index
+  """Each catalog partition (--plan-from, --incremental, --append) against the manifest and
+  its shard: the digest and row count the manifest lists, entries that cover the file end to
+  end, and each image's byte range holding as many whole framed records as it lists, with the
+  digest it lists. The next run trusts none of this (it checks every range it copies); verify
+  says where a partition went wrong. Names in `skip` (links, directories: reported already)
+  are not read."""
+  from beam_tfrecord.write import catalog
   problems: List[str] = []
   for split, plan in (manifest.shard_plan or {}).items():
     names = plan.get("indexes") if isinstance(plan, dict) else None
     shards = manifest.splits[split].shards if split in manifest.splits else ()
     if not names or len(names) != len(shards):
       continue
-    for shard, name in zip(shards, names):
+    digests = plan.get("index_digests") or [""] * len(names)
+    rows = plan.get("index_rows") or [-1] * len(names)
+    for shard, name, digest, count in zip(shards, names, digests, rows):
       if name in skip or shard.path in skip:  # named already, and not read through
         continue
       if name not in present or shard.path not in present:
         problems.append(f"{name}: the index of {shard.path} is missing")
         continue
-      entries = shard_index.read(paths.child(output, name))
+      entries, found = catalog.read_checked(paths.child(output, name))
       if entries is None:
-        problems.append(f"{name}: not an index this tool writes")
+        problems.append(f"{name}: not a catalog partition this tool writes")
+        continue
+      if digest and found != digest or count >= 0 and len(entries) != count:
+        problems.append(f"{name}: not the partition the manifest lists (digest or rows)")
         continue
       end = 0
       try:
-        with shard_index.open_earlier(paths.child(output, shard.path)) as f:
+        with catalog.open_earlier(paths.child(output, shard.path)) as f:
           for e in entries:
             if e.offset != end:
               problems.append(f"{name}: {e.key} begins at byte {e.offset}, not {end}")
               break
-            if shard_index.checked_range(f, e) is None:
+            if catalog.checked_range(f, e) is None:
               problems.append(f"{name}: the records of {e.key} are not what it lists")
               break
             end += e.length

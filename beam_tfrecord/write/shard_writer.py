@@ -28,7 +28,7 @@ from beam_tfrecord.storage import paths, processes
 from beam_tfrecord.storage.layout import kill_point
 from beam_tfrecord.storage.prefetch import prefetch
 from beam_tfrecord.write import contents as content_digests
-from beam_tfrecord.write import shard_index
+from beam_tfrecord.write import catalog
 from beam_tfrecord.write.encode import (Converted, EncodeOptions, convert,
                                         fetch_image)
 
@@ -97,17 +97,17 @@ class ShardTask:
   template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE
   read_ahead: int = 0              # read-ahead threads; 0: by where the images are
   remote_images: bool = False
-  index: bool = False              # write the shard's index (shard_index.py)
+  index: bool = False              # write the shard's index (catalog.py)
   previous: Optional[Tuple[str, str]] = None  # this shard in the earlier output: (file, index)
   reuse: bool = False              # copy unchanged images' records from `previous`
   # --append (write/transform.segment_task): the base ranges this shard covers; `members`:
   # only the images `previous`'s index lists; `exclude`: only images none of these lists
   segment: Optional[Tuple[int, int]] = None
   members: bool = False
-  exclude: Optional[Tuple[Tuple[str, str], ...]] = None  # (index uri, recorded digest)
+  exclude: Optional[Tuple[Tuple[str, str, int], ...]] = None  # (partition, its digest, rows)
   delta: bool = False              # --append: this file is (or stays) a delta shard
-  # `previous`'s file stamp and index digest as its version recorded them ('' where not)
-  recorded: Tuple[str, str] = ("", "")
+  # `previous`'s file stamp, catalog partition digest and rows as its version recorded them
+  recorded: Tuple[str, str, int] = ("", "", -1)
   # local runners: content digests spilled here (contents.Collected), not returned
   contents_directory: Optional[str] = None
 
@@ -206,7 +206,7 @@ def _named(task: ShardTask, stats: Dict, name: str) -> None:
   stats["classes"] = dict(sorted(stats["classes"].items()))
 
 
-def _add_entry(stats: Dict, entry: shard_index.Entry) -> None:
+def _add_entry(stats: Dict, entry: catalog.Entry) -> None:
   """An image's stats from its index entry: what add_example (or a rejection) counted."""
   if entry.rejected:
     stats["rejected"] += 1
@@ -220,32 +220,32 @@ def _add_entry(stats: Dict, entry: shard_index.Entry) -> None:
     stats["classes"][label] = stats["classes"].get(label, 0) + 1
 
 
-def _identities(indexes: Sequence[Tuple[str, str]]) -> Set[int]:
+def _identities(indexes: Sequence[Tuple[str, str, int]]) -> Set[int]:
   """64-bit digests of the images the earlier shards' indexes list (a new delta shard leaves
   them out; at most shard_plan.MAX_DELTA_SCAN_IMAGES of them). An index that cannot be read
   lists none, as it does for the writer of its own shard: both decide from the same bytes,
   so every image has exactly one shard. (Two digests that collide would leave an added image
   out: the run's counts then differ from the plan's and --append makes a full version.)"""
   found: Set[int] = set()
-  for uri, recorded in indexes:
-    for entry in shard_index.read_checked(uri, recorded)[0] or ():
+  for uri, recorded, rows in indexes:
+    for entry in catalog.read_checked(uri, recorded, rows)[0] or ():
       found.add(_identity_digest(entry.identity))
   return found
 
 
-def _identity_digest(identity: shard_index.Identity) -> int:
+def _identity_digest(identity: catalog.Identity) -> int:
   return int.from_bytes(hashlib.blake2b(
       "\0".join(identity).encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
 
 
-def _kept_file_ok(uri: str, old: Sequence[shard_index.Entry], recorded: str = "",
+def _kept_file_ok(uri: str, old: Sequence[catalog.Entry], recorded: str = "",
                   versioned: bool = False) -> bool:
   """The earlier shard may be kept as it is: a regular file (not a link) whose size is where
   its index's last record ends and, in a local versioned output (--append), whose stamp is
-  the one its version recorded (shard_index.file_stamp). Then its records are not read (that
+  the one its version recorded (catalog.file_stamp). Then its records are not read (that
   would cost what keeping saves). A version's file whose stamp differs (written into: hard
   links are read-only, but not to root; or only linked again) or was never recorded is kept
-  only if every record its index lists checks out (shard_index.checked_range: framing, CRCs,
+  only if every record its index lists checks out (catalog.checked_range: framing, CRCs,
   digest); otherwise the writer copies the ranges that check and encodes the others again.
   --incremental outputs are replaced by a swap, whose renames move the change time: their
   kept shards are checked by size, as the docs say."""
@@ -258,11 +258,11 @@ def _kept_file_ok(uri: str, old: Sequence[shard_index.Entry], recorded: str = ""
     return False
   if not stat.S_ISREG(st.st_mode) or st.st_size != end:
     return False
-  if not versioned or (recorded and shard_index.file_stamp(uri) == recorded):
+  if not versioned or (recorded and catalog.file_stamp(uri) == recorded):
     return True
   try:
-    with shard_index.open_earlier(uri) as f:
-      return all(shard_index.checked_range(f, e) is not None for e in old if e.length)
+    with catalog.open_earlier(uri) as f:
+      return all(catalog.checked_range(f, e) is not None for e in old if e.length)
   except OSError:
     return False
 
@@ -272,31 +272,31 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
   earlier output's shard to compare with (`previous`, `reuse`).
 
   Pass 1 reads the shard's annotations from the runs for each image's identity, stamp (no
-  image read: shard_index.stamp) and annotation digest, O(images of the shard) small tuples.
+  image read: catalog.stamp) and annotation digest, O(images of the shard) small tuples.
   With --append, a segment of an earlier shard file takes only the images its index lists
   (`members`), a new delta shard only those no earlier index lists (`exclude`).
   When every image and its order equal the earlier index, the shard is kept: nothing is
   written, its stats and errors come from the index and `kept_from` names the earlier file
   (the finalize step links or copies it). Otherwise pass 2 writes the shard: unchanged images'
-  record bytes copied from the earlier file (each range checked: shard_index.record_digest,
+  record bytes copied from the earlier file (each range checked: catalog.record_digest,
   CRCs), the others read and encoded. Either way each image's records are those a full run
   writes."""
   split, shard, num_shards = task.split, task.shard, task.num_shards
   name = naming.shard_name(split, shard, num_shards)
-  index_name = shard_index.index_name(split, shard, num_shards)
+  index_name = catalog.index_name(split, shard, num_shards)
   stats = new_stats(split, shard, name)
   if task.segment is not None:
     stats["segment"] = list(task.segment)
     stats["delta"], stats["new"] = task.delta, not task.members
   errors: List[ErrorRecord] = []
-  old, old_digest = (shard_index.read_checked(task.previous[1], task.recorded[1])
+  old, old_digest = (catalog.read_checked(task.previous[1], *task.recorded[1:])
                      if task.previous else (None, ""))
   if task.previous and old is None:  # its images are encoded again: say so (--append counts it)
     errors.append(ErrorRecord(
         source=task.previous[1], stage="write", reason="earlier_index_damaged", key=name,
         level="warning", message=f"the earlier shard index {task.previous[1]} cannot be read "
         "or is not the one its version recorded; its shard's images are encoded again"))
-  old_by_id = shard_index.by_identity(old) if old is not None else {}
+  old_by_id = catalog.by_identity(old) if old is not None else {}
   if task.members:  # an earlier shard file: its own images only
     wanted = lambda identity: identity in old_by_id  # noqa: E731
   elif task.exclude is not None:  # a new delta shard: images no earlier shard holds
@@ -308,7 +308,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
       task.runs, task.lo, task.hi, task.by_records)) if wanted((a.key, a.uri)))
   infos, sources = [], []
   for a in selected():
-    infos.append((a.key, a.uri, shard_index.stamp(a.uri), shard_index.digest(a)))
+    infos.append((a.key, a.uri, catalog.stamp(a.uri), catalog.digest(a)))
     sources.append(a.source)
   stats["index"] = index_name
   if infos:
@@ -359,7 +359,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
       lambda item: (b"", "") if item[1] else fetch_image(item[0], task.options),
       lambda item: 0 if item[1] else min(item[0].size_bytes or 0, limit), workers,
       READ_AHEAD_BYTES)
-  entries: List[shard_index.Entry] = []
+  entries: List[catalog.Entry] = []
   earlier = None
   damaged = 0
   offset = 0
@@ -371,11 +371,11 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
         if copy:
           if earlier is None:
             try:
-              earlier = shard_index.open_earlier(task.previous[0])
+              earlier = catalog.open_earlier(task.previous[0])
             except OSError:
               earlier = False
           if earlier:
-            data = shard_index.checked_range(earlier, old_by_id[(key, uri)])
+            data = catalog.checked_range(earlier, old_by_id[(key, uri)])
           if data is None:  # not what its index says: encoded again
             damaged += 1
             fetched = functools.partial(fetch_image, ann, task.options)
@@ -384,8 +384,8 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
           entry = old_by_id[(key, uri)]
           entry_errors = entry.error_records(ann.source)
           entry = dataclasses.replace(entry, offset=offset,
-                                      errors=shard_index.errors_of(entry_errors),
-                                      sha=entry.sha or shard_index.record_digest(key, uri, data))
+                                      errors=catalog.errors_of(entry_errors),
+                                      sha=entry.sha or catalog.record_digest(key, uri, data))
           stats["reused"] += 1
         else:
           tapped = content_digests.Tapped(fetched)
@@ -396,14 +396,14 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
             framed.extend((head, record, tail))
           for part in framed:
             f.write(part)
-          entry = shard_index.Entry(
+          entry = catalog.Entry(
               key=key, uri=uri, stamp=st, digest=dg, offset=offset,
               length=sum(len(part) for part in framed),
               records=len(result.records or ()), objects=len(result.labels or ()),
               clipped=result.clipped, reoriented=int(result.reoriented),
-              labels=tuple(result.labels or ()), errors=shard_index.errors_of(result.errors),
+              labels=tuple(result.labels or ()), errors=catalog.errors_of(result.errors),
               rejected=result.records is None,
-              sha=shard_index.record_digest(key, uri, *framed),
+              sha=catalog.record_digest(key, uri, *framed),
               content=(tapped.digest or "") if result.records is not None else "")
           entry_errors = list(result.errors)
         offset += entry.length
@@ -430,7 +430,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
   return ShardResult(stats, errors, found.items, found.spilled())
 
 
-def _indexed_contents(task: ShardTask, entries: Sequence[shard_index.Entry]
+def _indexed_contents(task: ShardTask, entries: Sequence[catalog.Entry]
                       ) -> content_digests.Collected:
   """The contents of an indexed shard: each written image's digest, from its index entry
   whether it was encoded now or kept or copied from the earlier shard (whose index has it
@@ -442,16 +442,16 @@ def _indexed_contents(task: ShardTask, entries: Sequence[shard_index.Entry]
   return found
 
 
-def _write_index(staging: str, name: str, entries: List[shard_index.Entry]) -> str:
-  """The shard's index, under a unique name renamed into place (a retry rewrites it).
-  Returns its digest (shard_index.file_digest), which the manifest records."""
+def _write_index(staging: str, name: str, entries: List[catalog.Entry]) -> str:
+  """The shard's catalog partition, under a unique name renamed into place (a retry rewrites
+  it). Returns its digest (catalog.file_digest), which the manifest records."""
   final = paths.child(staging, name)
   partial = paths.child(staging, f".part-{uuid.uuid4().hex}-{name}")
-  data = b"".join(entry.line() for entry in entries)
+  data = catalog.encode(entries)
   with _create(partial) as f:
     f.write(data)
   _rename(partial, final)
-  return shard_index.file_digest(data)
+  return catalog.file_digest(data)
 
 
 # A writer process costs ~0.3 s to start (0.6 s on a busy machine) and converts ~1,400 images

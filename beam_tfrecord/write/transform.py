@@ -66,7 +66,7 @@ def segment_task(task: ShardTask, segments, shard: int, previous: Previous,
       task.exclude = ()
     return
   task.exclude = tuple(
-      (uri, previous.recorded(task.split, s.previous)[1]) for s in segments
+      (uri, *previous.recorded(task.split, s.previous)[1:]) for s in segments
       if s.previous >= 0 and s.first < segment.end and segment.first < s.end
       for uri in [(previous.shard(task.split, s.previous) or ("", ""))[1]] if uri)
 
@@ -189,7 +189,7 @@ class WriteShards(beam.PTransform):
   `spread` False), which hands them to writer processes instead.
   A stats entry's `path` is the name from `template`, `staged` the staging name if different.
   With `indexing` (--plan-from, --incremental) each shard also gets its index
-  (write/shard_index.py) and may be kept from the earlier output (stats `kept_from`: the
+  (write/catalog.py) and may be kept from the earlier output (stats `kept_from`: the
   finalize step links it) or rewritten copying unchanged images' records.
   `self.contents`: lists of (hex SHA-256, split, key, uri), one per image written from its
   bytes, a shard's in batches of at most contents.BATCH (write/leakage.FindCopies); with

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from beam_tfrecord.storage import versions
-from versioned_outputs import (dataset as _dataset, full as _full, in_process as _in_process,
+from versioned_outputs import (dataset as _dataset, edit_catalog as _edit_catalog, full as _full,
+                               in_process as _in_process,
                                latest as _latest, records as _records, run as _run)
 
 pytestmark = pytest.mark.e2e
@@ -99,19 +100,18 @@ def test_a_damaged_earlier_version_costs_work_not_a_wrong_record(tmp_path):
   _dataset(src, names)
   _run(src, str(dest), "--append")
   v1 = Path(_latest(dest))
-  indexes = sorted(v1.glob("shard-index-*.jsonl"))
-  # an entry's offset moved by 7 bytes; another pointing at its neighbour's record; a third
-  # index with a float offset; a kept shard replaced by a symlink to an outside file
-  lines = indexes[0].read_text().splitlines()
-  first = json.loads(lines[0]); first["offset"] += 7
-  second = json.loads(lines[1]); second["offset"], second["length"] = (
-      json.loads(lines[2])["offset"], json.loads(lines[2])["length"])
-  os.chmod(indexes[0], 0o644)
-  indexes[0].write_text("\n".join([json.dumps(first), json.dumps(second)] + lines[2:]) + "\n")
-  os.chmod(indexes[1], 0o644)
-  bad = json.loads(indexes[1].read_text().splitlines()[0]); bad["offset"] = 0.5
-  indexes[1].write_text(json.dumps(bad) + "\n" + "\n".join(
-      indexes[1].read_text().splitlines()[1:]) + "\n")
+  indexes = sorted(v1.glob("catalog-*.parquet"))
+  # a row's offset moved by 7 bytes; another pointing at its neighbour's record; a third
+  # partition with float offsets; a kept shard replaced by a symlink to an outside file
+  def moved(columns):
+    columns["offset"][0] += 7
+    columns["offset"][1], columns["length"][1] = columns["offset"][2], columns["length"][2]
+  _edit_catalog(indexes[0], moved)
+  import pyarrow as pa
+  from beam_tfrecord.write import catalog
+  floats = pa.schema([f if f.name != "offset" else pa.field("offset", pa.float64())
+                      for f in catalog.SCHEMA])
+  _edit_catalog(indexes[1], lambda columns: None, schema=floats)
   shard = sorted(v1.glob("train-*.tfrecord"))[3]
   outside = tmp_path / "outside.tfrecord"
   outside.write_bytes(shard.read_bytes())
@@ -132,7 +132,7 @@ def test_a_fifo_in_place_of_a_shard_does_not_hang(tmp_path):
   _dataset(src, names)
   _run(src, str(dest), "--append")
   v1 = Path(_latest(dest))
-  for name in ("train-00001-of-00004.tfrecord", "shard-index-train-00002-of-00004.jsonl"):
+  for name in ("train-00001-of-00004.tfrecord", "catalog-train-00002-of-00004.parquet"):
     (v1 / name).unlink()
     os.mkfifo(v1 / name)
   _dataset(src, names + ["x.jpg"])
@@ -227,15 +227,19 @@ def test_verify_checks_indexes_against_their_shards(tmp_path):
   verify = ["verify", str(dest)]
   ok = _in_process(verify)
   assert ok.returncode == 0 and "-> versions/00000001" in ok.stdout, ok.stdout + ok.stderr
-  index = sorted(Path(_latest(dest)).glob("shard-index-*.jsonl"))[0]
-  lines = index.read_text().splitlines()
-  entry = json.loads(lines[0])
-  entry["sha"] = "0" * 32  # the digest of another image's records, say
-  os.chmod(index, 0o644)
-  index.write_text("\n".join([json.dumps(entry)] + lines[1:]) + "\n")
+  index = sorted(Path(_latest(dest)).glob("catalog-*.parquet"))[0]
+  key = []
+  def forged(columns):  # the digest of another image's records, say
+    columns["sha"][0] = "0" * 32
+    key.append(columns["key"][0])
+  _edit_catalog(index, forged)
   bad = _in_process(verify)
   assert bad.returncode == 1
-  assert f"{index.name}: the records of {entry['key']} are not what it lists" in \
+  assert f"{index.name}: not the partition the manifest lists" in bad.stdout + bad.stderr
+  _edit_catalog(index, lambda columns: None, record=True)  # the manifest made to list it
+  bad = _in_process(verify)
+  assert bad.returncode == 1
+  assert f"{index.name}: the records of {key[0]} are not what it lists" in \
       bad.stdout + bad.stderr
 
 

@@ -194,8 +194,7 @@ def test_planted_copies_beam_sink(tmp_path, capsys):
 
 def test_incremental_compares_kept_images_from_their_index(tmp_path, capsys):
   """--incremental keeps unchanged shards unread: their images' digests come from the shard
-  index, so the copies are found as by a full run; an index from before the check has none,
-  and its images are counted as not compared (docs/output.md)."""
+  index, so the copies are found as by a full run."""
   data = tmp_path / "data"
   splits, expected = _plant(data)
   written = sum(len(v) for v in splits.values())
@@ -210,22 +209,6 @@ def test_incremental_compares_kept_images_from_their_index(tmp_path, capsys):
   errors_text = "".join(p.read_text() for p in sorted(out.glob("errors-*.jsonl")))
   _check_run(text, manifest, (out / "README.md").read_text(), errors_text, images, splits,
              expected)
-  # an earlier output whose indexes have no digests (written before the check), nor has its
-  # manifest the indexes' own digests (written before issue 40)
-  for index in out.glob("shard-index-*.jsonl"):
-    lines = [json.loads(line) for line in index.read_text().splitlines()]
-    index.write_text("".join(json.dumps({k: v for k, v in line.items() if k != "content"})
-                             + "\n" for line in lines))
-  earlier = json.loads((out / "manifest.json").read_text())
-  for entry in earlier["shard_plan"].values():
-    entry.pop("index_digests", None)
-  (out / "manifest.json").write_text(json.dumps(earlier))
-  assert _convert(images, str(data), str(out), "--incremental", "--overwrite") == 0
-  text = capsys.readouterr().out
-  leakage = json.loads((out / "manifest.json").read_text())["leakage"]
-  assert leakage == {"leaked_across_splits": 0, "duplicate_content": 0, "images_checked": 0,
-                     "images_unchecked": written}
-  assert f"0 images compared, {written} kept from the earlier output not read" in text
 
 
 @pytest.fixture(scope="module")

@@ -137,7 +137,7 @@ def test_a_kept_shard_written_into_is_encoded_again_and_a_swapped_index_is_repor
   verified = _in_process(["verify", str(dest)])
   assert verified.returncode == 0, verified.stdout + verified.stderr
 
-  a, b = sorted(Path(v2).glob("shard-index-train-*.jsonl"))[:2]
+  a, b = sorted(Path(v2).glob("catalog-train-*.parquet"))[:2]
   tmp = Path(v2) / "swap.tmp"
   a.rename(tmp), b.rename(a), tmp.rename(b)
   _dataset(src, names + ["more.jpg", "most.jpg"])
@@ -156,7 +156,7 @@ def test_an_untouched_shard_is_not_read_and_keep_spares_a_version_a_reader_holds
   the version it reads was LATEST less than --retain-hours ago. With nothing changed, --keep
   and retention still apply (--retain-hours 0 then retires it)."""
   from beam_tfrecord.readback import reader
-  from beam_tfrecord.write import shard_index
+  from beam_tfrecord.write import catalog
   src, dest = tmp_path / "src", tmp_path / "dest"
   names = [f"{i:03d}.jpg" for i in range(12)]
   _dataset(src, names)
@@ -164,8 +164,8 @@ def test_an_untouched_shard_is_not_read_and_keep_spares_a_version_a_reader_holds
   assert all(_manifest(_latest(dest))["shard_plan"]["train"]["stamps"])
   dataset = reader.load(str(dest), "train")  # resolved now: version 1
   calls = []
-  real = shard_index.checked_range
-  monkeypatch.setattr(shard_index, "checked_range", lambda f, e: calls.append(e) or real(f, e))
+  real = catalog.checked_range
+  monkeypatch.setattr(catalog, "checked_range", lambda f, e: calls.append(e) or real(f, e))
   _dataset(src, names + ["more.jpg"])
   done = _run(src, str(dest), "--append", "--writer-processes", "1", "--keep", "1")
   assert "4 kept" in done.stdout and calls == [], (done.stdout, len(calls))

@@ -1,11 +1,10 @@
 """--plan-from's maths (plan/shard_plan.py bounds, plan/previous.py) and the shard index
-(write/shard_index.py), without Beam: an image's shard is where its identity falls between
+(write/catalog.py), without Beam: an image's shard is where its identity falls between
 the earlier bounds, whatever was added or removed; a plan made from its own bounds is the plan."""
 from __future__ import annotations
 
 import dataclasses
 import bisect
-import json
 import os
 
 import pytest
@@ -18,7 +17,7 @@ from beam_tfrecord.plan.shard_plan import (PreviousSplit, bound_of, counts_below
                                            make_plan, partition_of, sizes_of, sort_partition)
 from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
-from beam_tfrecord.write import shard_index
+from beam_tfrecord.write import catalog
 from beam_tfrecord.records.tfrecord import count_framed, framing
 
 
@@ -113,7 +112,7 @@ def test_a_shard_past_twice_its_planned_size_rebalances():
 def test_manifest_plan_round_trip_and_refusals(tmp_path):
   plan, order = _plan_of([f"img{i}" for i in range(10)], num_shards=3)
   stats = [{"split": "train", "shard": s, "first": list(bound_of(order[start])),
-            "index": shard_index.index_name("train", s, 3)}
+            "index": catalog.index_name("train", s, 3)}
            for s, start in enumerate(plan.splits["train"].starts)]
   record = previous.plan_record(plan, stats)
   manifest = {"outcome": "ok", "shard_plan": record, "label_map": {"a": 1},
@@ -125,7 +124,7 @@ def test_manifest_plan_round_trip_and_refusals(tmp_path):
                                                  for s in plan.splits["train"].starts[1:])
   assert earlier.splits["train"].planned == tuple(sizes_of(plan.splits["train"]))
   assert earlier.shard("train", 1) == (str(tmp_path / "train-00001-of-00003.tfrecord"),
-                                       str(tmp_path / "shard-index-train-00001-of-00003.jsonl"))
+                                       str(tmp_path / "catalog-train-00001-of-00003.parquet"))
   bad = dict(manifest, splits={"train": {"images": 10, "shards": [
       {"path": "../x.tfrecord"}, {"path": "b"}, {"path": "c"}]}})
   with pytest.raises(UsageError, match="no usable shard plan"):
@@ -138,51 +137,22 @@ def test_manifest_plan_round_trip_and_refusals(tmp_path):
                                            if k != "shard_plan"})
 
 
-def test_index_lines_round_trip_and_digest_ignores_size_and_source(tmp_path):
+def test_digest_ignores_size_and_source_and_the_stamp_sees_a_new_time(tmp_path):
   error = ErrorRecord(source="a.csv", stage="validate", reason="size_mismatch",
                       message="m", key="k.jpg", level="warning")
-  entry = shard_index.Entry(key="k.jpg", uri="/r/k.jpg", stamp="10:5", digest="d", offset=12,
-                            length=40, records=1, objects=2, clipped=1, reoriented=0,
-                            labels=("cat", "dog"), errors=shard_index.errors_of([error]))
-  path = tmp_path / "i.jsonl"
-  second = dataclasses.replace(entry, key="l.jpg", uri="/r/l.jpg", offset=52)
-  path.write_bytes(entry.line() + second.line())
-  assert shard_index.read(str(path)) == [entry, second]
-  # entries overlapping, a float, a negative or a bool count, a missing field: not an index
-  for bad in (dataclasses.replace(second, offset=40), dataclasses.replace(second, offset=-1)):
-    path.write_bytes(entry.line() + bad.line())
-    assert shard_index.read(str(path)) is None
-  for field, value in (("offset", 1.5), ("length", True), ("key", 3)):
-    line = json.loads(entry.line())
-    line[field] = value
-    path.write_bytes(json.dumps(line).encode() + b"\n")
-    assert shard_index.read(str(path)) is None
-  line = json.loads(entry.line())
-  del line["stamp"]
-  path.write_bytes(json.dumps(line).encode() + b"\n")
-  assert shard_index.read(str(path)) is None
-  # a FIFO or a symlink in place of an index: not opened (no hang), not followed
-  os.remove(path)
-  os.mkfifo(path)
-  assert shard_index.read(str(path)) is None
-  os.remove(path)
-  (tmp_path / "elsewhere.jsonl").write_bytes(entry.line())
-  os.symlink(tmp_path / "elsewhere.jsonl", path)
-  assert shard_index.read(str(path)) is None
-  os.remove(path)
+  entry = catalog.Entry(key="k.jpg", uri="/r/k.jpg", stamp="10:5", digest="d", offset=12,
+                        length=40, records=1, objects=2, clipped=1, reoriented=0,
+                        labels=("cat", "dog"), errors=catalog.errors_of([error]))
   assert entry.error_records("b.csv")[0].source == "b.csv"
-  path.write_bytes(b"not json\n")
-  assert shard_index.read(str(path)) is None  # not trusted: the shard is encoded again
-  assert shard_index.read(str(tmp_path / "missing")) is None
   ann = ImageAnnotation(key="k.jpg", uri="/r/k.jpg", source_id="1", source="a.csv")
-  same = shard_index.digest(ann)
-  assert shard_index.digest(ann.replace(size_bytes=99, source="b.csv")) == same
-  assert shard_index.digest(ann.replace(source_id="2")) != same
+  same = catalog.digest(ann)
+  assert catalog.digest(ann.replace(size_bytes=99, source="b.csv")) == same
+  assert catalog.digest(ann.replace(source_id="2")) != same
   image = tmp_path / "k.jpg"
   image.write_bytes(b"x")
-  first = shard_index.stamp(str(image))
+  first = catalog.stamp(str(image))
   os.utime(image, ns=(1, 1))
-  assert shard_index.stamp(str(image)) != first and shard_index.stamp("/no/such") == ""
+  assert catalog.stamp(str(image)) != first and catalog.stamp("/no/such") == ""
 
 
 def test_a_copied_range_is_checked_against_its_index(tmp_path):
@@ -200,20 +170,20 @@ def test_a_copied_range_is_checked_against_its_index(tmp_path):
   a_off, b_off = 0, len(framed[0])
 
   def entry(key, offset, length, records=1, with_sha=True, data=None):
-    sha = shard_index.record_digest(key, f"/r/{key}", data) if with_sha else ""
-    return shard_index.Entry(key=key, uri=f"/r/{key}", stamp="s", digest="d", offset=offset,
+    sha = catalog.record_digest(key, f"/r/{key}", data) if with_sha else ""
+    return catalog.Entry(key=key, uri=f"/r/{key}", stamp="s", digest="d", offset=offset,
                              length=length, records=records, sha=sha)
 
   with open(earlier, "rb") as f:
     good = entry("a", a_off, len(framed[0]), data=framed[0])
-    assert shard_index.checked_range(f, good) == framed[0]
+    assert catalog.checked_range(f, good) == framed[0]
     # b's entry pointing at a's record (digest keyed by b): not copied
     moved = dataclasses.replace(entry("b", b_off, len(framed[1]), data=framed[1]),
                                 offset=a_off, length=len(framed[0]))
-    assert shard_index.checked_range(f, moved) is None
+    assert catalog.checked_range(f, moved) is None
     # an offset moved by 7 bytes, no digest (an index from before --append): framing fails
-    assert shard_index.checked_range(f, entry("a", 7, len(framed[0]), with_sha=False)) is None
+    assert catalog.checked_range(f, entry("a", 7, len(framed[0]), with_sha=False)) is None
     # past the end; a wrong record count
-    assert shard_index.checked_range(f, entry("a", 0, 10_000, with_sha=False)) is None
-    assert shard_index.checked_range(f, entry("a", a_off, len(framed[0]), records=2,
+    assert catalog.checked_range(f, entry("a", 0, 10_000, with_sha=False)) is None
+    assert catalog.checked_range(f, entry("a", a_off, len(framed[0]), records=2,
                                   data=framed[0])) is None

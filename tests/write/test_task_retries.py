@@ -30,7 +30,7 @@ from beam_tfrecord.plan import naming, shard_plan
 from beam_tfrecord.plan.transform import _PlanFn, _SortRuns
 from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import Box, ImageAnnotation, ObjectAnnotation
-from beam_tfrecord.write import shard_index, shard_writer
+from beam_tfrecord.write import catalog, shard_writer
 from beam_tfrecord.write.encode import EncodeOptions
 from beam_tfrecord.write.transform import Indexing, _WriteShard
 
@@ -97,7 +97,7 @@ def _check(results, task, plan, staging: Path, ds) -> None:
   """One shard left with every record right; each attempt's stats and errors the same and
   true of that file; counted once by the finalize step."""
   name = naming.shard_name(SPLIT, 0, 1)
-  index = shard_index.index_name(SPLIT, 0, 1)
+  index = catalog.index_name(SPLIT, 0, 1)
   assert sorted(n for n in os.listdir(staging) if not n.startswith(".")) == \
       sorted([name] + ([index] if task.index else []))
   assert not [n for n in os.listdir(staging) if n.startswith(".part-")]  # no attempt failed
@@ -125,10 +125,10 @@ def _check(results, task, plan, staging: Path, ds) -> None:
       [(reason, key) for key, reason in BAD.items()] +
       [("size_mismatch", ds.images[WRONG_SIZE].file_name)])
   if task.index:  # the index describes the shard left: every range checked against it
-    entries = shard_index.read(str(staging / index))
-    with shard_index.open_earlier(str(staging / name)) as f:
+    entries = catalog.read(str(staging / index))
+    with catalog.open_earlier(str(staging / name)) as f:
       for entry in entries:
-        assert shard_index.checked_range(f, entry) is not None, entry.identity
+        assert catalog.checked_range(f, entry) is not None, entry.identity
     assert sum(e.records for e in entries) == len(records)
 
   # the finalize step's view of the committed attempt: one shard, counted once
