@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import itertools
 import os
 import stat
 import uuid
@@ -306,8 +307,11 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
     wanted = lambda identity: True  # noqa: E731
   selected = lambda: (a for a in map(packed.unpack, runs.select(  # noqa: E731
       task.runs, task.lo, task.hi, task.by_records)) if wanted((a.key, a.uri)))
+  # nothing to compare with and every image its own (a first or full version): each image's
+  # stamp and digest are taken as it is written, in one read of the runs
+  one_pass = old is None and task.segment is None
   infos, sources = [], []
-  for a in selected():
+  for a in () if one_pass else selected():
     infos.append((a.key, a.uri, catalog.stamp(a.uri), catalog.digest(a)))
     sources.append(a.source)
   stats["index"] = index_name
@@ -353,7 +357,8 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
               for k, u, st, dg in infos]
   limit = task.options.max_image_bytes
   workers = task.read_ahead or (REMOTE_READ_AHEAD if task.remote_images else LOCAL_READ_AHEAD)
-  flags = iter(reusable)
+  flags = itertools.repeat(False) if one_pass else iter(reusable)
+  taken = iter(infos)
   ahead = prefetch(
       ((a, next(flags)) for a in selected()),
       lambda item: (b"", "") if item[1] else fetch_image(item[0], task.options),
@@ -365,7 +370,9 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
   offset = 0
   try:
     with _create(partial) as f:
-      for ((ann, copy), fetched), (key, uri, st, dg) in zip(ahead, infos):
+      for ((ann, copy), fetched) in ahead:
+        key, uri, st, dg = (ann.key, ann.uri, catalog.stamp(ann.uri), catalog.digest(ann)) \
+            if one_pass else next(taken)
         done.tick()
         data = None
         if copy:
@@ -420,6 +427,8 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
         key=name, level="warning",
         message=f"{damaged} image(s) of the earlier shard {task.previous[0]} were not what "
         "its index says (framing, CRC or digest); they were encoded again"))
+  if one_pass and entries:
+    stats["first"] = [packed.identity_hash(entries[0].key), entries[0].key, entries[0].uri]
   found = _indexed_contents(task, entries)
   stats["index_digest"] = _write_index(task.staging, index_name, entries)
   kill_point("shard")
