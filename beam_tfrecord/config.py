@@ -28,7 +28,7 @@ FORMATS = ("auto", *registry.FORMATS)
 # APFS. An output on gs:// is held to it too, so that it can be copied to a disk.
 NAME_MAX = 255
 # What a kept shard's temporary name adds to its name (finalize/output.share_file: '.link-PID',
-# '.copy') when --incremental or --append links an earlier output's files
+# '.copy') when --append links an earlier version's files
 LINK_SUFFIX_BYTES = 16
 LAYOUTS = ("flat", "tfds")
 SCHEMAS = tuple(schemas.REGISTRY)
@@ -36,7 +36,7 @@ SINKS = ("shards", "beam")
 
 
 # What each setting does to an output: the one tag from which --if-changed's fingerprint,
-# --incremental's re-encode rule and the manifest's record of the run are all derived, so a new
+# --append's re-encode rule and the manifest's record of the run are all derived, so a new
 # setting cannot be forgotten by one of them (tests/test_config_tags.py fails on a field
 # without a tag).
 RECORDS = "records"  # shapes an image's records or the files' names: a change re-encodes all
@@ -105,8 +105,8 @@ class ConvertConfig:
   dataset_name: Optional[str] = setting(RECORDS, None)     # --layout tfds
   dataset_version: str = setting(RECORDS, "1.0.0")
   tfds_root: Optional[str] = setting(RUNTIME, None)  # --layout tfds, resolved: the OUT given
-  plan_from: Optional[str] = setting(RUNTIME, None)  # an earlier output's shard bounds to keep
-  incremental: bool = setting(RUNTIME, False)        # re-encode only what changed since it
+  # --append onto an earlier version: its directory (cli/append sets it; no option does)
+  append_base: Optional[str] = setting(RUNTIME, None)
   append: bool = setting(RUNTIME, False)   # a versioned output: DEST/versions/<V>, DEST/LATEST
   compact: bool = setting(RUNTIME, False)  # --append: a full version with a fresh plan
   keep: int = setting(RUNTIME, 0)          # --append: versions kept (0: all)
@@ -118,7 +118,7 @@ class ConvertConfig:
             if not kinds or f.metadata["kind"] in kinds}
 
   def record_settings(self) -> Dict[str, Any]:
-    """What --incremental compares with the earlier output: any change re-encodes all."""
+    """What --append compares with the earlier version: any change re-encodes all."""
     return self.settings(RECORDS)
 
   def fingerprint_settings(self) -> Dict[str, Any]:
@@ -243,12 +243,6 @@ class ConvertConfig:
     if self.writer_processes < 0:
       raise ValueError("--writer-processes must be 0 (automatic) or more")
     self.selection  # noqa: B018 (ValueError when --classes or --class-map is malformed)
-    if (self.plan_from or self.incremental) and self.sink != "shards":
-      raise ValueError("--plan-from and --incremental need --sink shards")
-    if self.plan_from and paths.same_location(self.plan_from, self.output) and \
-        not self.incremental:
-      raise ValueError("--plan-from names --output itself: give --incremental --overwrite to "
-                       "update an output in place")
     if (self.compact or self.keep) and not self.append:
       raise ValueError("--compact and --keep go with --append")
     if self.keep < 0:
@@ -382,7 +376,7 @@ def check_name_length(config: ConvertConfig, splits: Optional[set]) -> None:
   these is too long in the run. Padding in the template counts as given."""
   template = config.shard_name_template
   num_shards, count = config.num_shards or 1, config.records_per_shard or 1
-  linked = config.incremental or config.append or bool(config.plan_from)
+  linked = config.append
   limit = NAME_MAX - (LINK_SUFFIX_BYTES if linked else 0)
   size, split, index = max(
       (_name_bytes(naming.format_shard_name(template, split, index, num_shards, count)),
@@ -430,7 +424,7 @@ def check_file_kinds(config: ConvertConfig) -> None:
   where a file is wanted): refused by its stat, since opening a FIFO waits for a writer."""
   named = [("--input", paths.parse_assignment(i)[1], None) for i in config.inputs]
   named += [("--images", paths.parse_assignment(i)[1], True) for i in config.images]
-  named += [("--output", config.output, True), ("--plan-from", config.plan_from, True),
+  named += [("--output", config.output, True),
             ("--label-map", config.label_map, False),
             ("--classes-file", config.classes_file, False),
             ("--class-descriptions", config.class_descriptions, False)]

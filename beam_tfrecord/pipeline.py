@@ -76,25 +76,14 @@ def work_directories(staging: str, run_id: str, spill: bool) -> Tuple[str, Optio
 
 
 def earlier_output(config: ConvertConfig) -> Tuple[Optional[Previous], Optional[dict]]:
-  """(the earlier output, --incremental's {"previous", "reason"}) of --plan-from and
-  --incremental, read on the launcher (its manifest: O(splits x shards + classes)). The earlier
-  output is --plan-from's, else --incremental's --output when it has one; reason says why
-  every image is encoded again ('' when they are compared)."""
-  if not (config.plan_from or config.incremental):
+  """(the earlier version, {"previous", "reason"}) of an --append onto it (append_base), read
+  on the launcher (its manifest: O(splits x shards + classes)); reason says why every image
+  is encoded again ('' when they are compared). (None, None) for any other run."""
+  if not config.append_base:
     return None, None
-  if config.plan_from:
-    previous = previous_output.load(config.plan_from, "--plan-from")
-  elif files.exists(paths.join(config.output, previous_output.MANIFEST)):
-    previous = previous_output.load(config.output, "--incremental")
-  else:
-    previous = None
-  if not config.incremental:
-    return previous, None
-  reason = ""
-  if previous is not None:
-    changed = previous_output.changed_settings(config.record_settings(), previous)
-    if changed:
-      reason = f"settings that shape records changed: {', '.join(changed)}"
+  previous = previous_output.load(config.append_base, "--append")
+  changed = previous_output.changed_settings(config.record_settings(), previous)
+  reason = f"settings that shape records changed: {', '.join(changed)}" if changed else ""
   return previous, {"previous": previous, "reason": reason}
 
 
@@ -154,10 +143,9 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
     finalize_if_changed = []
   # --- end of --if-changed
 
-  # --- --plan-from / --incremental: the earlier output's plan (and shards, to compare with)
+  # --- --append: the earlier version's plan, and its shards and catalog to compare with
   previous, incremental = earlier_output(config)
-  indexing = Indexing(index=bool(config.plan_from or config.incremental or config.append),
-                      previous=previous if config.incremental else None,
+  indexing = Indexing(index=config.append, previous=previous,
                       reuse=bool(incremental) and not incremental["reason"],
                       append=config.append)
   previous_plan = previous.splits if previous is not None else None

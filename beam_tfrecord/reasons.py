@@ -91,13 +91,13 @@ _ENTRIES = [
      "split; one annotation is used (the message names it)"),
     ("duplicate_image_id", "warning", "a COCO image id appears more than once in `images`; "
      "the first entry is used"),
-    ("earlier_shard_damaged", "warning", "records of an earlier version's shard (--append, "
-     "--incremental) were not what its index says (framing, CRC or digest); those images "
-     "were encoded again"),
-    ("earlier_index_damaged", "warning", "a shard index of the earlier version (--append, "
-     "--incremental) cannot be read or is not the one its version recorded (forged, swapped, "
-     "damaged): its shard's images are encoded again; --append then makes a full version, "
-     "since which images were that shard's cannot be told"),
+    ("earlier_shard_damaged", "warning", "records of an earlier version's shard (--append) "
+     "were not what its catalog says (framing, CRC or digest); those images were encoded "
+     "again"),
+    ("earlier_index_damaged", "warning", "a catalog partition of the earlier version "
+     "(--append) cannot be read or is not the one its version recorded (digest, rows, schema: "
+     "forged, swapped, truncated, damaged): its shard's images are encoded again; --append "
+     "then makes a full version, since which images were that shard's cannot be told"),
     ("empty_file", "image", "the image file is empty"),
     ("excluded_by_image_sets", "warning", "a VOC image is only in ImageSets/Main lists that "
      "were not chosen; it is not converted"),

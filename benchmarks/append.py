@@ -17,7 +17,11 @@ multiset of record bytes: shard order differs). The machine's other load is reco
 each run (run.measure's machine.Load: /proc/stat busy time minus the run's own CPU): a run
 beside more than half a core of other work is marked disturbed. Time on a quiet machine.
 
+  first         the first version of a versioned output (--append into a new DEST), against
+                full-first, a plain full conversion of version 1's sources
+
   python benchmarks/append.py --images 20000 --repeats 3
+  python benchmarks/append.py --small-images 200000 --repeats 3   # small_dataset.py's set
   python benchmarks/append.py --smoke
 """
 from __future__ import annotations
@@ -37,12 +41,80 @@ from typing import Dict, List
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import dataset as datasets  # noqa: E402
-import incremental  # noqa: E402
+import small_dataset  # noqa: E402
 import machine  # noqa: E402
 import run as harness  # noqa: E402
 
 sys.path.insert(0, harness.REPO)
 from beam_tfrecord.records.tfrecord import read_record  # noqa: E402
+
+
+def make_v1(data: datasets.Dataset, root: str) -> Dict:
+  """Version 1 of the dataset under root: images/ (hard links to the cached pool, so nothing
+  is copied) and v1.json."""
+  images = os.path.join(root, "images")
+  os.makedirs(images, exist_ok=True)
+  doc = json.load(open(data.annotations, encoding="utf-8"))
+  for img in doc["images"]:
+    dst = os.path.join(images, img["file_name"])
+    if not os.path.exists(dst):
+      os.link(os.path.join(data.images_dir, img["file_name"]), dst)
+  v1 = os.path.join(root, "v1.json")
+  with open(v1, "w", encoding="utf-8") as f:
+    json.dump(doc, f)
+  return {"images": images, "v1": v1, "doc": doc}
+
+
+def make_v2(version: Dict, root: str, count: int, added: int, changed: int) -> Dict:
+  """Version 2: `added` new images (with their boxes) and `changed` images drawn again under
+  their names (new files: the pool's stay as they are); v2.json."""
+  images, doc = version["images"], version.pop("doc")
+  for k in range(added):
+    index = count + k
+    width, height, boxes = datasets.layout(index)
+    with open(os.path.join(images, datasets.file_name(index)), "wb") as f:
+      f.write(datasets.render(index))
+    doc["images"].append({"id": index + 1, "file_name": datasets.file_name(index),
+                          "width": width, "height": height})
+    for category_id, x, y, w, h in boxes:
+      doc["annotations"].append({"id": len(doc["annotations"]) + 1, "image_id": index + 1,
+                                 "category_id": category_id, "bbox": [x, y, w, h],
+                                 "area": round(w * h, 2), "iscrowd": 0})
+  step = max(1, count // max(changed, 1))
+  redrawn = []
+  for k in range(changed):
+    index = k * step
+    path = os.path.join(images, datasets.file_name(index))
+    os.remove(path)  # a new file: the link to the pool goes, the pool's image stays
+    with open(path, "wb") as f:  # same size and boxes, other pixels: an edited photo
+      f.write(datasets.render(index + 7_000_000))
+    redrawn.append(datasets.file_name(index))
+  v2 = os.path.join(root, "v2.json")
+  with open(v2, "w", encoding="utf-8") as f:
+    json.dump(doc, f)
+  return dict(version, v2=v2, added=added, changed=redrawn)
+
+
+EXTRA: List[str] = []  # --extra: options of every conversion
+
+
+def convert(annotations: str, images: str, out: str, *extra: str) -> List[str]:
+  return [sys.executable, "-m", "beam_tfrecord.cli", "convert", "--format", "coco",
+          "--input", f"train={annotations}", "--images", images, "--output", out, *EXTRA,
+          *extra]
+
+
+def make_small(count: int, added: int, root: str, cache_dir: str) -> Dict:
+  """--small-images: version 1 is the first count - added images of the cached hard-link
+  set (small_dataset.py), version 2 all count; the images are linked into root (cp -al), so
+  the mix phase's redrawn and removed files never touch the cache."""
+  data = small_dataset.ensure_small_dataset(count, cache_dir)
+  images = os.path.join(root, "images")
+  subprocess.run(["cp", "-al", data.images_dir, images], check=True)
+  v1 = os.path.join(root, "v1.json")
+  small_dataset.write_json(v1, count - added)
+  return {"images": images, "v1": v1, "v2": data.annotations, "added_from": count - added,
+          "name": lambda i: f"img_{i:08d}.jpg", "render": small_dataset.render}
 
 
 def records_of(directory: str) -> collections.Counter:
@@ -81,12 +153,14 @@ def make_mix(version: Dict, root: str, count: int, changed: int, removed: int) -
   doc = json.load(open(version["v2"]))
   images = version["images3"]
   step = max(1, count // max(changed + removed, 1))
-  picks = [datasets.file_name(k * step + 3) for k in range(changed + removed)]
+  name_of, render = version.get("name", datasets.file_name), version.get("render",
+                                                                         datasets.render)
+  picks = [name_of(k * step + 3) for k in range(changed + removed)]
   for name in picks[:changed]:
     path = os.path.join(images, name)
     os.remove(path)
     with open(path, "wb") as f:
-      f.write(datasets.render(int(name[4:10]) + 9_000_000))
+      f.write(render(int(name[4:-4]) + 9_000_000))
   gone = set(picks[changed:])
   ids = {img["id"] for img in doc["images"] if img["file_name"] in gone}
   doc["images"] = [img for img in doc["images"] if img["id"] not in ids]
@@ -100,6 +174,8 @@ def make_mix(version: Dict, root: str, count: int, changed: int, removed: int) -
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--images", type=int, default=20000)
+  parser.add_argument("--small-images", type=int, metavar="N",
+                      help="N small images (small_dataset.py) instead of --images photos")
   parser.add_argument("--added", type=float, default=0.01)
   parser.add_argument("--changed", type=float, default=0.001)
   parser.add_argument("--removed", type=float, default=0.001)
@@ -111,11 +187,10 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   if args.smoke:
     args.images, args.repeats, args.added, args.changed, args.removed = 40, 1, 0.05, 0.05, 0.05
-  incremental.EXTRA[:] = args.extra
-  data = datasets.ensure_dataset(args.images, args.cache_dir)
+  EXTRA[:] = args.extra
+  count = args.small_images or args.images
   work = tempfile.mkdtemp(prefix="beam-tfrecord-append-")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  convert = incremental.convert
   try:
     # One image folder, as a nightly job has: an image's identity is its name and path, so a
     # folder per version would make every image new. The folder goes through three states,
@@ -123,18 +198,21 @@ def main(argv=None) -> int:
     # 2 (full, append: 1% added), version 3 (full-mix, append-mix: also 0.1% redrawn, 0.1%
     # removed). The copies of DEST link its files only (cp -al): never an image, whose change
     # time the stamps compare.
-    version = incremental.make_v1(data, work)
+    added = max(1, round(count * args.added))
+    if args.small_images:
+      version = make_small(count, added, work, args.cache_dir)
+    else:
+      version = make_v1(datasets.ensure_dataset(args.images, args.cache_dir), work)
     images = version["images"]
     v1_doc = version["v1"]
     dest1 = os.path.join(work, "dest-v1")
     subprocess.run(convert(v1_doc, images, dest1, "--append"), check=True,
                    env=env, cwd=harness.REPO, stdout=subprocess.DEVNULL)
     v1_dir = latest(dest1)
-    added = max(1, round(args.images * args.added))
-    changed = max(1, round(args.images * args.changed))
-    removed = max(1, round(args.images * args.removed))
-    phases = [{"no-change": v1_doc}, {"full": "v2", "append": "v2"},
-              {"full-mix": "v3", "append-mix": "v3"}]
+    changed = max(1, round(count * args.changed))
+    removed = max(1, round(count * args.removed))
+    phases = [{"full-first": v1_doc, "first": v1_doc}, {"no-change": v1_doc},
+              {"full": "v2", "append": "v2"}, {"full-mix": "v3", "append-mix": "v3"}]
     rows: Dict[str, List] = {n: [] for phase in phases for n in phase}
     others: Dict[str, List[float]] = {n: [] for n in rows}
     checks: Dict[str, Dict] = {}
@@ -142,12 +220,12 @@ def main(argv=None) -> int:
     os.makedirs(logs)
     full_records: Dict[str, collections.Counter] = {}
     for number, phase in enumerate(phases):
-      if number == 1:
-        version = incremental.make_v2(version, work, args.images, added, 0)
-      elif number == 2:
+      if number == 2 and not args.small_images:
+        version = make_v2(version, work, args.images, added, 0)
+      elif number == 3:
         version["images3"] = images
-        v3 = make_mix(version, work, args.images, changed, removed)
-      docs = {"v2": version.get("v2"), "v3": v3 if number == 2 else None}
+        v3 = make_mix(version, work, count, changed, removed)
+      docs = {"v2": version.get("v2"), "v3": v3 if number == 3 else None}
       for rep in range(args.repeats):
         for name, which in phase.items():
           annotations = docs.get(which, which)
@@ -155,6 +233,8 @@ def main(argv=None) -> int:
           shutil.rmtree(out, ignore_errors=True)
           if name.startswith("full"):
             cmd = convert(annotations, images, out)
+          elif name == "first":  # the first version of a versioned output
+            cmd = convert(annotations, images, out, "--append")
           else:
             subprocess.run(["cp", "-al", dest1, out], check=True)
             cmd = convert(annotations, images, out, "--append")
@@ -168,6 +248,9 @@ def main(argv=None) -> int:
           others[name].append(other)
           if name.startswith("full"):
             full_records[name] = records_of(out)
+          elif name == "first":
+            checks[name] = {"equal_to_full": records_of(latest(out)) == full_records[
+                "full-first"]}
           elif name != "no-change":
             new = latest(out)
             manifest = json.load(open(os.path.join(new, "manifest.json")))
@@ -190,16 +273,20 @@ def main(argv=None) -> int:
                       "other_cores_max": max(others[name])}
                for name, runs in rows.items()}
     full = medians["full"]["wall_s"]
-    for name, base in (("append-mix", "full-mix"),):
+    for name, base in (("append-mix", "full-mix"), ("first", "full-first")):
       medians[name]["ratio_vs_its_full"] = medians[name]["wall_s"] / medians[base]["wall_s"]
-    added_bytes = sum(os.path.getsize(os.path.join(images, datasets.file_name(
-        args.images + k))) for k in range(added))
-    report = {"images": args.images, "added": added, "changed": changed, "removed": removed,
+    first_added = version.get("added_from", args.images)
+    name_of = version.get("name", datasets.file_name)
+    added_bytes = sum(os.path.getsize(os.path.join(images, name_of(first_added + k)))
+                      for k in range(added))
+    report = {"images": count, "small": bool(args.small_images), "added": added,
+              "changed": changed, "removed": removed,
               "repeats": args.repeats, "medians": medians, "checks": checks,
               "added_image_bytes": added_bytes,
               "ratio_vs_full": {n: m["wall_s"] / full for n, m in medians.items()},
               "machine_load_at_end": os.getloadavg()[0]}
-    print(f"\n{args.images} images: {added} added; mix: +{changed} changed, {removed} removed "
+    kind = "small images" if args.small_images else "images"
+    print(f"\n{count} {kind}: {added} added; mix: +{changed} changed, {removed} removed "
           f"({args.repeats} interleaved runs, medians)")
     for name, m in medians.items():
       print(f"  {name:<11} {m['wall_s']:7.2f} s (spread {m['wall_spread_s']:.2f})  "
@@ -212,12 +299,15 @@ def main(argv=None) -> int:
             f"{c['written_bytes'] / 1e6:.1f} MB of a {c['full_bytes'] / 1e6:.1f} MB version "
             f"({c['written_bytes'] / max(c['full_bytes'], 1):.1%})"
             + (f"; equal to the full run: {c['equal_to_full']}" if "equal_to_full" in c else ""))
-    print(f"  no-change published: {checks['no-change']['published']}")
+    print(f"  no-change published: {checks['no-change']['published']}; first version "
+          f"{medians['first']['ratio_vs_its_full']:.3f} of its full run, equal to it: "
+          f"{checks['first']['equal_to_full']}")
     print(f"  image bytes of the added images: {added_bytes / 1e6:.1f} MB")
     if args.output_json:
       with open(args.output_json, "w") as f:
         json.dump(report, f, indent=2)
     ok = (checks["append"]["equal_to_full"] and checks["append-mix"]["equal_to_full"] and
+          checks["first"]["equal_to_full"] and
           not checks["no-change"]["published"])
     return 0 if ok else 1
   finally:

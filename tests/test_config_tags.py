@@ -1,5 +1,5 @@
 """Every ConvertConfig field carries one tag (records / inputs / runtime), and --if-changed's
-fingerprint, --incremental's re-encode rule and the manifest all follow it: a setting added
+fingerprint, --append's re-encode rule and the manifest all follow it: a setting added
 without a tag fails here before it can be silently left out of one of them."""
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ def test_the_tags_are_the_classification_the_consumers_had():
       "csv_normalized", "layout", "dataset_name", "dataset_version", "shard_name_template",
       "records_per_shard", "sink"}
   assert set(configs.names_of(RUNTIME)) == {
-      "output", "overwrite", "source_fingerprint", "writer_processes", "plan_from",
-      "incremental", "tfds_root", "append", "compact", "keep",
+      "output", "overwrite", "source_fingerprint", "writer_processes", "append_base",
+      "tfds_root", "append", "compact", "keep",
       "retain_hours"}
   assert set(configs.names_of(INPUTS)) == {
       "inputs", "images", "split", "num_shards", "shard_size_mb", "max_error_rate", "image_sets"}

@@ -148,8 +148,7 @@ def run_append(config: ConvertConfig, beam_args, argv, break_lock: bool = False)
             + _retired(dest, config, latest))
       return EXIT_OK
     number = max(versions.numbers(dest) + [latest or 0]) + 1
-    run = dataclasses.replace(config, plan_from=base, incremental=base is not None,
-                              source_fingerprint=current)
+    run = dataclasses.replace(config, append_base=base, source_fingerprint=current)
     code, manifest = _convert(run, beam_args, argv, run_id)
     if code == EXIT_OK and base is not None:
       why = oversized_delta(manifest)
@@ -159,7 +158,7 @@ def run_append(config: ConvertConfig, beam_args, argv, break_lock: bool = False)
       print(f"beam-tfrecord: warning: {manifest}; making a full version instead",
             file=sys.stderr)
       outputs.remove_leftovers(dest, keep=[outputs.LOCK])
-      run = dataclasses.replace(run, plan_from=None, incremental=False)
+      run = dataclasses.replace(run, append_base=None)
       base, reason = None, manifest
       code, manifest = _convert(run, beam_args, argv, run_id)
     if code != EXIT_OK or manifest is None:
@@ -269,14 +268,14 @@ def _convert(config: ConvertConfig, beam_args, argv, run_id: str):
     print("beam-tfrecord: the pipeline finished without writing its manifest; LATEST is "
           "unchanged", file=sys.stderr)
     return EXIT_FAILED, None
-  damaged = manifest.errors.by_reason.get("earlier_index_damaged", 0) if config.plan_from \
+  damaged = manifest.errors.by_reason.get("earlier_index_damaged", 0) if config.append_base \
       else 0
   if damaged and manifest.outcome in ("ok", "lost_records"):
     # which images were a damaged index's cannot be told: they would be counted as added
     return "fallback", (f"{damaged} shard index{'es' * (damaged != 1)} of the earlier "
                         "version cannot be read or differ from what it recorded "
                         "(earlier_index_damaged)")
-  if manifest.outcome == "lost_records" and config.plan_from:
+  if manifest.outcome == "lost_records" and config.append_base:
     return "fallback", f"the append's counts do not add up ({manifest.status})"
   if manifest.outcome != "ok":
     print(outputs.summary(manifest, run_directory))

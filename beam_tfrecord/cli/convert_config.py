@@ -15,6 +15,13 @@ def build(args: argparse.Namespace) -> ConvertConfig:
   """The config `convert` runs with, checked once (config.checked: validated, --format auto
   decided and printed, the schema chosen); raises UsageError for what is wrong with the
   options or the input."""
+  from beam_tfrecord.cli.options import RETIRED
+  from beam_tfrecord.errors import UsageError
+  for option, dest in RETIRED.items():
+    if getattr(args, dest, None) is not None:
+      raise UsageError(f"{option} was retired: scheduled runs use --append --output DEST, a "
+                       "versioned output that keeps unchanged shards and copies unchanged "
+                       "records (docs/output.md, 'Versioned outputs')")
   config = _config(args)
   if args.if_changed:
     config = _if_changed(config)

@@ -16,6 +16,9 @@ from beam_tfrecord.write.images import (DEFAULT_JPEG_QUALITY,
                                         DEFAULT_MAX_PIXELS, IMAGE_FORMATS)
 from beam_tfrecord.write.orientation import EXIF_FRAMES
 
+# options --append superseded (issue 38): still parsed, to say so in one line and exit 2
+RETIRED = {"--plan-from": "retired_plan_from", "--incremental": "retired_incremental"}
+
 EPILOG = """\
 Exit codes: 0 success (at least one example written); 1 runner or job failure; 2 usage or
 input error found before running (nothing written); 3 the error-rate policy failed the run;
@@ -251,27 +254,9 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
   add(parser, "--break-lock", action="store_true",
                       help="take over the output's lock (.beam-tfrecord-lock) left by a run "
                       "that died; a live run's lock on this host is never broken")
-  add(parser, "--plan-from", metavar="DIR",
-                      help="keep the shard boundaries of an earlier output of this tool (its "
-                      "manifest's shard_plan): every image goes to the shard its place in the "
-                      "shard order falls in, so an image keeps its shard across dataset "
-                      "versions and unchanged shards keep their bytes. Splits it does not "
-                      "have are planned with the shard-size options; a shard that would hold "
-                      "more than twice its planned size makes the whole plan afresh (a "
-                      "rebalance, said in the summary). Each shard gets an index, "
-                      "shard-index-SPLIT-*.jsonl, for the next --incremental run")
-  add(parser, "--incremental", action="store_true",
-                      help="for scheduled runs: encode only what changed since the earlier "
-                      "output (--plan-from DIR, else --output itself, with --overwrite), whose "
-                      "plan it keeps. Images are compared by name, file stamp (size and "
-                      "modification time; gs://: size and update time) and annotation, with "
-                      "no image read; a shard whose images are all unchanged is kept as it is "
-                      "(a hard link; gs://: a server-side copy), a changed shard copies the "
-                      "records of its unchanged images. The output equals a full run with "
-                      "--plan-from. Every image is encoded again, and the summary says why, "
-                      "when the settings that shape records (schema, feature names, resizing, "
-                      "masks, ...) or the label map changed, or the plan was made afresh; "
-                      "without an earlier output it is a full run that writes the indexes")
+  # retired: --append does what they did (convert_config.build says so)
+  for option, dest in RETIRED.items():
+    parser.add_argument(option, dest=dest, nargs="?", const=True, help=argparse.SUPPRESS)
   add(parser, "--append", action="store_true",
                       help="for scheduled runs: make or extend a versioned output. --output "
                       "DEST gets DEST/versions/<V>/ (each an ordinary output) and DEST/LATEST "

@@ -61,9 +61,8 @@ def _line(entry: Entry) -> str:
 
 def settings_of(config) -> Dict:
   """The settings of a ConvertConfig in the fingerprint: every field but those tagged RUNTIME
-  (ConvertConfig.fingerprint_settings). --plan-from and --incremental are RUNTIME: they keep
-  the earlier output's plan, so with unchanged sources their output is that output (the cron
-  wrapper adds them from its second version on, and must still skip an unchanged source)."""
+  (ConvertConfig.fingerprint_settings). --append's base (append_base) is RUNTIME: a version
+  made from unchanged sources equals the one before, which the next run must still skip."""
   return dict(sorted(config.fingerprint_settings().items()))
 
 

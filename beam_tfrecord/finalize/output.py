@@ -293,9 +293,10 @@ def delete_files(directory: str, names: Iterable[str]) -> None:
 
 
 def share_file(src: str, directory: str, name: str) -> None:
-  """An earlier output's file (--incremental: an unchanged shard or its index) put into
-  `directory` as `name` without reading it: a hard link locally (a copy across file systems),
-  a server-side copy on object stores (gs:// rewrites, never a download). Idempotent."""
+  """An earlier version's file (--append: an unchanged shard or its catalog partition) put
+  into `directory` as `name` without reading it: a hard link locally (a copy across file
+  systems), a server-side copy on object stores (gs:// rewrites, never a download).
+  Idempotent."""
   dst = paths.child(directory, name)  # checked where it is written
   if paths.is_remote(dst):
     from apache_beam.io.filesystems import FileSystems
@@ -515,19 +516,8 @@ def summary(manifest: Union[Manifest, Dict], output: str,
   leakage = manifest.leakage
   if leakage is not None and (leakage.copies or leakage.images_unchecked):
     lines.append(f"  {leakage_line(leakage)}")
-  incremental = manifest.incremental
-  if incremental:
-    shards = incremental["shards"]
-    if incremental["mode"] == "append":
-      lines.append(f"  {append_line(incremental)}")
-    elif incremental["mode"] == "incremental":
-      images = incremental["images"]
-      lines.append(f"  incremental: images {images['added']:,} added, {images['changed']:,} "
-                   f"changed, {images['removed']:,} removed, {images['kept']:,} kept; shards "
-                   f"{shards['rewritten']:,} of {shards['total']:,} rewritten, "
-                   f"{shards['kept']:,} kept")
-    else:
-      lines.append(f"  incremental: every image encoded ({incremental['reason']})")
+  if manifest.incremental and manifest.incremental["mode"] == "append":
+    lines.append(f"  {append_line(manifest.incremental)}")
   excluded = manifest.excluded_classes
   if excluded:
     top = sorted(excluded.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -45,7 +45,8 @@ class Finalize(beam.DoFn):
     self.config, self.argv = config, list(argv)
     self.run_directory, self.run_id = run_directory, run_id
     self.declared = sorted(declared)  # splits that must not end empty (source, --split)
-    # --incremental: {"previous": Previous or None, "reason": why not (launch-time), ''}
+    # --append onto an earlier version: {"previous": Previous, "reason": why every image is
+    # encoded again (launch-time), or ''}
     self.incremental = incremental
 
   def process(self, _, stats, error_counts, label_map, error_files, beam_files, plan,
@@ -118,12 +119,10 @@ class Finalize(beam.DoFn):
         features=schema.manifest_features(keypoints=layout is not None),
         label_map=dict(sorted(label_map.items(), key=lambda kv: kv[1])),
         keypoints=layout.to_json() if layout is not None else None,
-        # where each shard begins: what --plan-from and --incremental read (plan/previous.py)
+        # where each shard begins and its catalog partition: what --append reads (plan/previous)
         shard_plan=(plan_record(plan, stats, stamps) if self.config.sink == "shards"
                     else None),
-        incremental=(appended if appended is not None else
-                     incremental_summary(self.incremental, plan, stats, label_map)
-                     if self.incremental is not None else None),
+        incremental=appended,
         # --classes/--class-map: objects (or image labels) dropped, per source class
         excluded_classes=excluded if self.config.selection else None,
         splits=splits, totals=totals,
@@ -178,42 +177,12 @@ def _committed(output: str, run_id: str) -> Optional[Dict]:
 
 
 def _share_kept(run_directory: str, stats: Sequence[Dict]) -> None:
-  """--incremental: the shards kept as they were (and their indexes) linked, or copied server
-  side, from the earlier output into the run directory under their names."""
+  """--append: the shards kept as they were (and their catalog partitions) linked, or copied
+  server side, from the earlier version into the run directory under their names."""
   for s in stats:
     if s.get("kept_from"):
       outputs.share_file(s["kept_from"], run_directory, s["path"])
       outputs.share_file(s["kept_index"], run_directory, s["index"])
-
-
-def incremental_summary(incremental: Dict, plan, stats: Sequence[Dict],
-                        label_map: Dict[str, int]) -> Dict:
-  """The manifest's `incremental`: what the run did with the earlier output. mode
-  'incremental' (shards compared, unchanged ones kept) or 'full' with the reason."""
-  previous = incremental.get("previous")
-  reason = incremental.get("reason") or ""
-  if not reason and previous is None:
-    reason = "no earlier output"
-  if not reason and plan.fallback:
-    reason = plan.fallback
-  if not reason and label_map != previous.label_map:
-    reason = "the label map changed"
-  if not reason and not any(any(i) for i in previous.indexes.values()):
-    reason = "the earlier output has no shard indexes"
-  shards = [s for s in stats if s.get("shard") is not None]
-  images = {k: sum(s.get(k, 0) for s in shards) for k in ("added", "changed", "removed")}
-  images["kept"] = sum(s.get("unchanged", 0) for s in shards)
-  if previous is not None and not reason:
-    for split in {s["split"] for s in shards} - set(plan.previous):  # splits it did not have
-      images["added"] += sum(s["images"] + s["rejected"] for s in shards if s["split"] == split)
-    images["removed"] += sum(n for split, n in previous.images.items()
-                             if split not in plan.splits)
-  kept = sum(1 for s in shards if s.get("kept_from"))
-  return {"previous": previous.directory if previous is not None else None,
-          "mode": "full" if reason else "incremental", "reason": reason,
-          "images": images if not reason else None,
-          "shards": {"total": len(shards), "rewritten": len(shards) - kept, "kept": kept},
-          "reused_images": sum(s.get("reused", 0) for s in shards)}
 
 
 def _write_tfds_metadata(run_directory: str, config, splits: Dict,

@@ -1,10 +1,10 @@
-"""An earlier output as the start of a run (--plan-from DIR, --incremental): its shard plan, its
-shards and their indexes, and the settings its records were encoded with, from its manifest.
+"""An earlier version as the start of an --append: its shard plan, its shards and their
+catalog partitions, and the settings its records were encoded with, from its manifest.
 Read on the launcher: the manifest is O(splits x shards + classes). Pure and Beam-free.
 
 The manifest's `shard_plan` records, per split, where each shard but the first begins (a
 bound: the place in the shard order, hash, key and uri, of its first image when the plan was
-made) and each shard's planned size; a run with --plan-from keeps those bounds, so an image
+made) and each shard's planned size; an append keeps those bounds, so an image
 keeps its shard across dataset versions (plan/shard_plan.make_plan).
 """
 from __future__ import annotations
@@ -67,7 +67,7 @@ def decode_bound(item: Sequence[str]) -> Bound:
   return (int(item[0], 16), str(item[1]), str(item[2]))
 
 
-def load(directory: str, option: str = "--plan-from") -> Previous:
+def load(directory: str, option: str = "--append") -> Previous:
   """The earlier output in `directory`; UsageError (one line) when there is none to use."""
   from beam_tfrecord.storage.files import read_text
   uri = paths.join(directory, MANIFEST)
@@ -86,7 +86,7 @@ def load(directory: str, option: str = "--plan-from") -> Previous:
 
 
 def from_manifest(directory: str, manifest: Union[Manifest, Mapping[str, Any]],
-                  option: str = "--plan-from") -> Previous:
+                  option: str = "--append") -> Previous:
   try:
     manifest = Manifest.of(manifest)
     plan = manifest.shard_plan

@@ -90,7 +90,7 @@ def sort_run(directory: str, run: int, entries: Iterable[packed.Packed],
              ) -> Tuple[Counts, List[ErrorRecord]]:
   """A run's images sorted, one per file and split (shard_plan.sort_partition), written as one
   run per split into `directory`: (((split, partition), (images, records, bytes)) of its
-  partitions, and below each of `bounds` (--plan-from) in its split; the duplicates' errors)."""
+  partitions, and below each of `bounds` (--append) in its split; the duplicates' errors)."""
   by_split, errors = shard_plan.sort_partition(entries)
   counts: Counts = []
   for split, unique in sorted(by_split.items()):

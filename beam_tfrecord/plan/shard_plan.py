@@ -61,7 +61,7 @@ def shard_lengths(count: int, num_shards: int) -> List[int]:
           for i in range(num_shards)]
 
 
-# --plan-from, --incremental: an earlier output's shard boundaries, kept across dataset
+# --append: an earlier version's shard boundaries, kept across dataset
 # versions so that an image keeps its shard. A bound is the place in the shard order (hash,
 # key, uri) where a shard begins: shard i (i >= 1) holds the images from bound i - 1 of the
 # split's bounds up to (not including) bound i. A split's bounds are O(shards).
@@ -129,7 +129,7 @@ class SplitPlan:
   partitions: Tuple[int, ...] = ()
   records: Tuple[int, ...] = ()
   span: int = 1  # partitions per run file
-  bounds: Tuple[Bound, ...] = ()  # --plan-from: where shards 1.. begin (else: not known yet)
+  bounds: Tuple[Bound, ...] = ()  # --append: where shards 1.. begin (else: not known yet)
   # --append: the version's shard files, each a Segment over the base ranges (the ranges the
   # bounds cut; starts has one per range); empty: shard i is base range i
   segments: Tuple["Segment", ...] = ()
@@ -175,7 +175,7 @@ def plan_split(split: str, counts: Mapping[int, Counts], num_shards: Optional[in
                below: Optional[Mapping[int, Counts]] = None) -> SplitPlan:
   """Cut one split, given each partition's (images, records, bytes), into shards.
 
-  With `bounds` (an earlier plan's, --plan-from), shard i begins at bound i - 1: its start is
+  With `bounds` (an earlier version's, --append), shard i begins at bound i - 1: its start is
   the position of its bound's partition plus the images (records) there before the bound
   (`below`, by bound index); shards may then be empty.
 
@@ -228,7 +228,7 @@ def counts_of(images: Iterable[Tuple[str, int, int]]) -> Dict[int, Counts]:
 @dataclasses.dataclass(frozen=True)
 class ShardPlan:
   """The plan of a whole run: a SplitPlan per split (splits with no image have none).
-  previous: the earlier plan its splits kept (--plan-from), by split; fallback: why the
+  previous: the earlier plan its splits kept (--append), by split; fallback: why the
   earlier plan was not kept ('' when it was, or there was none)."""
   splits: Dict[str, SplitPlan]
   previous: Dict[str, PreviousSplit] = dataclasses.field(default_factory=dict)
@@ -328,7 +328,7 @@ def make_plan(counts: PlanCounts, num_shards: Optional[int], shard_size_mb: Opti
               records_per_shard: Optional[int] = None, span: int = 1,
               previous: Optional[Mapping[str, PreviousSplit]] = None,
               append: bool = False) -> ShardPlan:
-  """The run's plan from its counts. With `previous` (--plan-from), a split the earlier plan
+  """The run's plan from its counts. With `previous` (--append), a split the earlier plan
   has keeps its bounds; if that would make any shard more than REBALANCE_FACTOR times its
   planned size, every split is planned afresh and `fallback` says why. With `append`, a kept
   split's shards are its earlier shard files (segments) plus new delta shards

@@ -84,7 +84,7 @@ class _SortRuns(beam.DoFn):
                bounds: Optional[Dict[str, Tuple[shard_plan.Bound, ...]]] = None,
                processes: int = 1):
     self.directory, self.from_files = directory, from_files
-    self.bounds = bounds or {}  # --plan-from: the earlier plan's bounds, by split
+    self.bounds = bounds or {}  # --append: the earlier version's bounds, by split
     self.processes = processes if from_files else 1
 
   def setup(self):
@@ -146,7 +146,7 @@ class SortRuns(beam.PTransform):
   runner holds a grouped PCollection whole); otherwise by a GroupByKey, the runner's shuffle.
   Largest element: one partition, about N / 1024 images; with the spill, a run file holds
   shard_plan.LOCAL_RUN_SPAN partitions (N / 64: local runs only). With `previous` (an earlier
-  plan, --plan-from), the counts also say, for each of its bounds, how many images of the
+  plan, --append), the counts also say, for each of its bounds, how many images of the
   bound's partition sort before it (O(shards) more counts).
   """
 

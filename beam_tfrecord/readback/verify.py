@@ -209,7 +209,7 @@ def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lo
 
 
 def check_indexes(output: str, manifest, present, skip=()) -> List[str]:
-  """Each catalog partition (--plan-from, --incremental, --append) against the manifest and
+  """Each catalog partition (--append) against the manifest and
   its shard: the digest and row count the manifest lists, entries that cover the file end to
   end, and each image's byte range holding as many whole framed records as it lists, with the
   digest it lists. The next run trusts none of this (it checks every range it copies); verify

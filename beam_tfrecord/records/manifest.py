@@ -1,5 +1,5 @@
 """manifest.json as typed values: the contract between the run that writes an output and every
-reader of it (plan-from and incremental runs, verify, inspect, show, the card, the reader).
+reader of it (--append runs, verify, inspect, show, the card, the reader).
 
 Modelled on TFDS's DatasetInfo / SplitInfo / shard specs: finalize builds a `Manifest`, writes
 `to_json()`, and every reader parses the file once with `Manifest.from_json`. The JSON is the
@@ -128,9 +128,8 @@ class Leakage:
   """Copies found by content (write/contents.py): images written under other names whose
   bytes (SHA-256) equal another's. Counts are of extra copies: a content in train and val is
   one leaked_across_splits, three files of one content in a split two duplicate_content.
-  images_checked were compared: hashed by this run, or kept or copied by --incremental or
-  --append with the digest their shard index has; images_unchecked were not (kept from an
-  index written before the check)."""
+  images_checked were compared: hashed by this run, or kept or copied by --append with the
+  digest their catalog row has; images_unchecked were not (a row without one)."""
   leaked_across_splits: int = 0
   duplicate_content: int = 0
   images_checked: int = 0
@@ -151,7 +150,7 @@ class Leakage:
 
 
 # Keys written in this order; the optional ones only when set (shard_plan: --sink shards,
-# incremental: --incremental, excluded_classes: --classes/--class-map; leakage: runs since
+# incremental: --append, excluded_classes: --classes/--class-map; leakage: runs since
 # the check, write/contents.py).
 _KEYS = ("tool", "version", "status", "outcome", "run_id", "created", "schema", "format", "sink",
          "args", "source_fingerprint", "config", "features", "label_map", "keypoints",

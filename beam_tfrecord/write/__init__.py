@@ -8,5 +8,5 @@ shard files in the run directory.
   encode.py        one image: read, probe/convert, Example records (Beam-free)
   images.py        image probing, decoding limits, resizing and re-encoding (Pillow)
   orientation.py   EXIF orientation and the boxes' frame
-  catalog.py   a shard's index of images (--incremental)
+  catalog.py   a version's catalog, a Parquet partition per shard (--append)
 """

@@ -45,7 +45,7 @@ WRITE_BUFFER_BYTES = 1024 * 1024
 # images: images written (a schema may write several records, `examples`, per image, or none);
 # rejected: images of this shard/split turned down while writing. images + rejected must add
 # up to the planned count (the finalize step checks, so a runner that loses records fails).
-# --incremental (an earlier output's shard and index): images added to the shard, changed,
+# --append (an earlier version's shard and catalog): images added to the shard, changed,
 # removed from it, unchanged; reused: images whose records were copied, not encoded again.
 STAT_COUNTS = ("examples", "objects", "bytes", "clipped", "reoriented", "rejected", "images",
                "added", "changed", "removed", "unchanged", "reused")
@@ -239,17 +239,14 @@ def _identity_digest(identity: catalog.Identity) -> int:
       "\0".join(identity).encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
 
 
-def _kept_file_ok(uri: str, old: Sequence[catalog.Entry], recorded: str = "",
-                  versioned: bool = False) -> bool:
+def _kept_file_ok(uri: str, old: Sequence[catalog.Entry], recorded: str = "") -> bool:
   """The earlier shard may be kept as it is: a regular file (not a link) whose size is where
-  its index's last record ends and, in a local versioned output (--append), whose stamp is
+  its catalog's last record ends and, locally, whose stamp is
   the one its version recorded (catalog.file_stamp). Then its records are not read (that
   would cost what keeping saves). A version's file whose stamp differs (written into: hard
   links are read-only, but not to root; or only linked again) or was never recorded is kept
   only if every record its index lists checks out (catalog.checked_range: framing, CRCs,
-  digest); otherwise the writer copies the ranges that check and encodes the others again.
-  --incremental outputs are replaced by a swap, whose renames move the change time: their
-  kept shards are checked by size, as the docs say."""
+  digest); otherwise the writer copies the ranges that check and encodes the others again."""
   end = max((e.offset + e.length for e in old), default=0)
   try:
     if paths.is_remote(uri):  # an object is never changed in place (a new generation)
@@ -259,7 +256,7 @@ def _kept_file_ok(uri: str, old: Sequence[catalog.Entry], recorded: str = "",
     return False
   if not stat.S_ISREG(st.st_mode) or st.st_size != end:
     return False
-  if not versioned or (recorded and catalog.file_stamp(uri) == recorded):
+  if recorded and catalog.file_stamp(uri) == recorded:
     return True
   try:
     with catalog.open_earlier(uri) as f:
@@ -269,8 +266,8 @@ def _kept_file_ok(uri: str, old: Sequence[catalog.Entry], recorded: str = "",
 
 
 def write_indexed_shard(task: ShardTask) -> ShardResult:
-  """write_shard with the shard's index (--plan-from, --incremental, --append), and with an
-  earlier output's shard to compare with (`previous`, `reuse`).
+  """write_shard with the shard's catalog partition (--append), and with an earlier
+  version's shard to compare with (`previous`, `reuse`).
 
   Pass 1 reads the shard's annotations from the runs for each image's identity, stamp (no
   image read: catalog.stamp) and annotation digest, O(images of the shard) small tuples.
@@ -338,7 +335,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
       e.identity == (k, u) and e.same_as(st, dg) and
       all(dict(fields)["source"] == source for fields in e.errors)
       for e, (k, u, st, dg), source in zip(old, infos, sources)) and \
-      _kept_file_ok(task.previous[0], old, task.recorded[0], task.segment is not None):
+      _kept_file_ok(task.previous[0], old, task.recorded[0]):
     for entry, source in zip(old, sources):
       _add_entry(stats, entry)
       errors.extend(entry.error_records(source))

@@ -38,8 +38,8 @@ from beam_tfrecord.write.shard_writer import (ShardResult, ShardTask,
 
 @dataclasses.dataclass(frozen=True)
 class Indexing:
-  """--plan-from / --incremental: write each shard's index (`index`); compare each shard with
-  the earlier output's (`previous`, for the splits whose plan it kept) and copy unchanged
+  """--append: write each shard's catalog partition (`index`); compare each shard with the
+  earlier version's (`previous`, for the splits whose plan it kept) and copy unchanged
   images' records from it (`reuse`: the settings that shape records are the same, and so is
   the label map, checked here once it is known)."""
   index: bool = False
@@ -188,7 +188,7 @@ class WriteShards(beam.PTransform):
   workers first (a Reshuffle) unless the runner is the in-process one (`processes` > 1 or
   `spread` False), which hands them to writer processes instead.
   A stats entry's `path` is the name from `template`, `staged` the staging name if different.
-  With `indexing` (--plan-from, --incremental) each shard also gets its index
+  With `indexing` (--append) each shard also gets its catalog partition
   (write/catalog.py) and may be kept from the earlier output (stats `kept_from`: the
   finalize step links it) or rewritten copying unchanged images' records.
   `self.contents`: lists of (hex SHA-256, split, key, uri), one per image written from its

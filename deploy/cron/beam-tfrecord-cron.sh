@@ -62,7 +62,7 @@ case "$KEEP" in ''|*[!0-9]*|0) echo "beam-tfrecord-cron: --keep must be a positi
 case "$RETAIN" in ''|*[!0-9.]*|*.*.*) echo "beam-tfrecord-cron: --retain-hours must be a number of hours" >&2; exit 2 ;; esac
 # The wrapper sets these. convert accepts abbreviations (--out for --output), so any option
 # that a refused name starts with is refused too.
-SET_BY_WRAPPER=(output overwrite append keep retain-hours plan-from incremental if-changed)
+SET_BY_WRAPPER=(output overwrite append keep retain-hours if-changed)
 for arg in "$@"; do
   case "$arg" in --?*) ;; *) continue ;; esac
   name="${arg%%=*}"

@@ -14,10 +14,11 @@ import pytest
 from beam_tfrecord import cli
 from beam_tfrecord.cli import convert_config
 from beam_tfrecord.config import ConvertConfig
+from beam_tfrecord.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: tests/cli/ is two below
 # set by --if-changed and by --layout tfds's resolution, not by an option
-NOT_OPTIONS = {"source_fingerprint", "tfds_root"}
+NOT_OPTIONS = {"source_fingerprint", "tfds_root", "append_base"}
 
 
 def test_every_option_is_a_config_field_and_back():
@@ -39,8 +40,7 @@ def test_parsed_options_reach_the_config_unchanged():
           "80", "--max-image-bytes", "1234", "--writer-processes", "2", "--overwrite",
           "--shard-name-template", "{split}-{index}.tfrecord", "--classes", "a,b",
           "--class-map", "a=c", "--classes-file", "names.txt", "--class-descriptions",
-          "d.csv", "--layout", "tfds", "--dataset-name", "ds", "--dataset-version", "2.0.1",
-          "--plan-from", "earlier", "--incremental"]
+          "d.csv", "--layout", "tfds", "--dataset-name", "ds", "--dataset-version", "2.0.1"]
   args, _ = cli.make_parser().parse_known_args(argv)
   config = convert_config._config(args)
   # local paths arrive absolute: typed relative or absolute, they name the same files
@@ -57,7 +57,13 @@ def test_parsed_options_reach_the_config_unchanged():
       "a,b", "a=c", os.path.join(here, "names.txt"), os.path.join(here, "d.csv"))
   assert config.label_map == os.path.join(here, "l.pbtxt")
   assert (config.layout, config.dataset_name, config.dataset_version) == ("tfds", "ds", "2.0.1")
-  assert config.plan_from == "earlier" and config.incremental
+  # the options --append superseded: one line naming it, exit 2 (cli.main)
+  for retired in (["--incremental"], ["--plan-from", "earlier"], ["--plan-from=earlier"]):
+    args, _ = cli.make_parser().parse_known_args(
+        ["convert", "--input", "a", "--output", "o", *retired])
+    with pytest.raises(UsageError, match=f"^{retired[0].split('=')[0]} was retired: "
+                                          "scheduled runs use --append"):
+      convert_config.build(args)
   strict, _ = cli.make_parser().parse_known_args(
       ["convert", "--input", "a", "--output", "o", "--strict"])
   assert convert_config._config(strict).max_error_rate == 0.0
@@ -151,7 +157,7 @@ def test_shard_names_longer_than_a_file_name_are_refused(tmp_path):
     _resolved(tmp_path, "{split}-{index:0300d}")
   # an earlier output's kept shards are linked under NAME.link-PID first
   with pytest.raises(UsageError, match="at most 239 bytes here"):
-    _resolved(tmp_path, "x" * 230 + "{split}-{index}-{count}.rec", plan_from=str(tmp_path / "e"))
+    _resolved(tmp_path, "x" * 230 + "{split}-{index}-{count}.rec", append=True)
 
 
 @pytest.mark.e2e

@@ -86,8 +86,6 @@ def _cases(data, tmp):
                                         "--output", out]),
       ("--images", "directory", ["convert", "--format", "coco", "--input", coco, "--images",
                                  "FIFO", "--output", out]),
-      ("--plan-from", "directory", ["convert", "--format", "coco", "--input", coco,
-                                    "--plan-from", "FIFO", "--output", out]),
       ("--output", "directory", ["convert", "--format", "coco", "--input", coco, "--output",
                                  "FIFO"]),
       ("show --output", "regular file", ["show", tmp, "--output", "FIFO"]),
@@ -96,7 +94,7 @@ def _cases(data, tmp):
 
 
 CASES = ["coco-input", "csv-input", "auto-input", "label-map", "label-map-append",
-         "classes-file", "class-descriptions", "images", "plan-from", "output", "show-output",
+         "classes-file", "class-descriptions", "images", "output", "show-output",
          "inspect-plot"]
 
 

@@ -215,7 +215,7 @@ def test_setup_py_declares_what_the_workers_import():
               "pandas": "pandas", "google_crc32c": "google-crc32c", "ijson": "ijson",
               "defusedxml": "defusedxml", "google": "protobuf", "rich": "rich",
               "numpy": "tensorflow", "yaml": "pyyaml", "pycocotools": "pycocotools",
-              "matplotlib": "matplotlib",
+              "matplotlib": "matplotlib", "pyarrow": "pyarrow",
               "requests": "apache-beam"}  # google-cloud-storage's transport (apache-beam[gcp])
   # imported inside a function only, for `inspect --plot`: an extra, not a worker requirement
   optional = {"matplotlib": "plots"}

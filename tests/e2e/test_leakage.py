@@ -192,20 +192,26 @@ def test_planted_copies_beam_sink(tmp_path, capsys):
              expected)
 
 
-def test_incremental_compares_kept_images_from_their_index(tmp_path, capsys):
-  """--incremental keeps unchanged shards unread: their images' digests come from the shard
-  index, so the copies are found as by a full run."""
+def test_append_compares_kept_images_from_their_catalog(tmp_path, capsys):
+  """--append keeps unchanged shards unread: their images' digests come from the version's
+  catalog, so the copies are found as by a full run."""
   data = tmp_path / "data"
   splits, expected = _plant(data)
-  written = sum(len(v) for v in splits.values())
-  out = tmp_path / "out"
+  dest = tmp_path / "dest"
   images = str(data / "images")
-  assert _convert(images, str(data), str(out), "--incremental") == 0
+  assert _convert(images, str(data), str(dest), "--append") == 0
+  # one image more, like no other: the earlier shards are kept as they are
+  Image.new("RGB", (64, 48), (200, 10, 10)).save(data / "images" / "new.png")
+  with open(data / "train_labels.csv", "a", newline="") as f:
+    csv.writer(f).writerow(["new.png", 64, 48, "", "", "", "", ""])
+  splits["train"].append("new.png")
   capsys.readouterr()
-  assert _convert(images, str(data), str(out), "--incremental", "--overwrite") == 0
+  assert _convert(images, str(data), str(dest), "--append") == 0
   text = capsys.readouterr().out
+  out = dest / (dest / "LATEST").read_text().strip()
   manifest = json.loads((out / "manifest.json").read_text())
-  assert manifest["incremental"]["shards"]["rewritten"] == 0  # every shard kept, unread
+  shards = manifest["incremental"]["shards"]
+  assert shards["rewritten"] == 0 and shards["kept"] >= 1, shards  # kept shards: unread
   errors_text = "".join(p.read_text() for p in sorted(out.glob("errors-*.jsonl")))
   _check_run(text, manifest, (out / "README.md").read_text(), errors_text, images, splits,
              expected)
