@@ -105,12 +105,21 @@ def convert(annotations: str, images: str, out: str, *extra: str) -> List[str]:
 
 
 def make_small(count: int, added: int, root: str, cache_dir: str) -> Dict:
-  """--small-images: version 1 is the first count - added images of the cached hard-link
-  set (small_dataset.py), version 2 all count; the images are linked into root (cp -al), so
-  the mix phase's redrawn and removed files never touch the cache."""
+  """--small-images: version 1 is the first count - added images of small_dataset.py's set,
+  version 2 all count (its cached JSON). The images are made in root as that set makes them
+  (hard links to the same few rendered files: a link to the cache's would pass ext4's
+  65,000 links a file), so the mix phase's redrawn and removed files never touch the cache."""
   data = small_dataset.ensure_small_dataset(count, cache_dir)
-  images = os.path.join(root, "images")
-  subprocess.run(["cp", "-al", data.images_dir, images], check=True)
+  images, sources = os.path.join(root, "images"), os.path.join(root, "sources")
+  os.makedirs(images)
+  os.makedirs(sources)
+  k = small_dataset.sources_needed(count)
+  rendered = [os.path.join(sources, f"src_{s:04d}.jpg") for s in range(k)]
+  for s, path in enumerate(rendered):
+    with open(path, "wb") as f:
+      f.write(small_dataset.render(s))
+  for i in range(count):
+    os.link(rendered[i % k], os.path.join(images, f"img_{i:08d}.jpg"))
   v1 = os.path.join(root, "v1.json")
   small_dataset.write_json(v1, count - added)
   return {"images": images, "v1": v1, "v2": data.annotations, "added_from": count - added,

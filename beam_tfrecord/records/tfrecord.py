@@ -7,7 +7,7 @@ own reader (_TFRecordUtil.read_record) is private API and importing Beam costs ~
 from __future__ import annotations
 
 import struct
-from typing import BinaryIO, Optional, Tuple
+from typing import BinaryIO, List, Optional, Tuple
 
 _HEADER = 12  # uint64 length + uint32 masked CRC of the length
 _LENGTH = struct.Struct("<Q")
@@ -61,18 +61,27 @@ def count_framed(data: bytes) -> int:
   """The number of records in `data`, whole framed records back to back, each length and
   record CRC checked; -1 when it is not exactly that (an earlier shard's byte range, read
   back: write/shard_writer)."""
-  view, pos, count = memoryview(data), 0, 0
+  frames = framings(data)
+  return -1 if frames is None else len(frames) // 2
+
+
+def framings(data: bytes) -> Optional[List[bytes]]:
+  """Each record's framing in `data` (its 12-byte head, length and length CRC, and its
+  4-byte tail, the data's CRC: head, tail, head, tail, ...) when `data` is whole framed
+  records back to back with every CRC right, else None."""
+  view, pos, found = memoryview(data), 0, []
   while pos < len(view):
     if len(view) - pos < _HEADER:
-      return -1
+      return None
     length, length_mask = struct.unpack_from("<QI", view, pos)
     if masked_crc32c(bytes(view[pos:pos + 8])) != length_mask:
-      return -1
+      return None
     end = pos + _HEADER + length + 4
     if end > len(view):
-      return -1
+      return None
     (data_mask,) = struct.unpack_from("<I", view, end - 4)
     if masked_crc32c(bytes(view[pos + _HEADER:end - 4])) != data_mask:
-      return -1
-    pos, count = end, count + 1
-  return count
+      return None
+    found += (bytes(view[pos:pos + _HEADER]), bytes(view[end - 4:end]))
+    pos = end
+  return found

@@ -276,7 +276,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
   When every image and its order equal the earlier index, the shard is kept: nothing is
   written, its stats and errors come from the index and `kept_from` names the earlier file
   (the finalize step links or copies it). Otherwise pass 2 writes the shard: unchanged images'
-  record bytes copied from the earlier file (each range checked: catalog.record_digest,
+  record bytes copied from the earlier file (each range checked: catalog.checked_range,
   CRCs), the others read and encoded. Either way each image's records are those a full run
   writes."""
   split, shard, num_shards = task.split, task.shard, task.num_shards
@@ -388,16 +388,16 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
           entry = old_by_id[(key, uri)]
           entry_errors = entry.error_records(ann.source)
           entry = dataclasses.replace(entry, offset=offset,
-                                      errors=catalog.errors_of(entry_errors),
-                                      sha=entry.sha or catalog.record_digest(key, uri, data))
+                                      errors=catalog.errors_of(entry_errors))
           stats["reused"] += 1
         else:
           tapped = content_digests.Tapped(fetched)
           result = convert(ann, task.label_map, task.options, tapped)
-          framed = []  # written part by part: no image-sized join
+          framed, frames = [], []  # written part by part: no image-sized join
           for record in result.records or ():
             head, tail = framing(record)
             framed.extend((head, record, tail))
+            frames.extend((head, tail))
           for part in framed:
             f.write(part)
           entry = catalog.Entry(
@@ -407,7 +407,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
               clipped=result.clipped, reoriented=int(result.reoriented),
               labels=tuple(result.labels or ()), errors=catalog.errors_of(result.errors),
               rejected=result.records is None,
-              sha=catalog.record_digest(key, uri, *framed),
+              sha=catalog.record_digest(key, uri, frames),
               content=(tapped.digest or "") if result.records is not None else "")
           entry_errors = list(result.errors)
         offset += entry.length

@@ -20,8 +20,7 @@
 #                         -- CONVERT-OPTIONS...
 #
 #   CONVERT-OPTIONS  everything `beam-tfrecord convert` takes except --output, --overwrite,
-#                    --append, --keep, --retain-hours, --plan-from, --incremental and
-#                    --if-changed, Beam
+#                    --append, --keep, --retain-hours and --if-changed, Beam
 #                    options included, e.g. --format coco --input train=/data/train.json ...
 #   --dest DIR       the versioned output (a local directory)
 #   --keep K         versions to keep (default 5)

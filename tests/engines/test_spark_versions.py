@@ -104,7 +104,7 @@ def verify(dest: Path) -> str:
 
 def differences(direct: Path, spark: Path) -> List[str]:
   """compare_runners.differences, with each output's own path in its manifests made one: a
-  version made by --append records the earlier version it planned from (config.plan_from,
+  version made by --append records the earlier version it planned from (config.append_base,
   a path inside its own output), as dataset_info.json names its output."""
   def manifest(path: Path, root: Path) -> dict:
     def strip(value):

@@ -18,7 +18,7 @@ from beam_tfrecord.plan.shard_plan import (PreviousSplit, bound_of, counts_below
 from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.write import catalog
-from beam_tfrecord.records.tfrecord import count_framed, framing
+from beam_tfrecord.records.tfrecord import count_framed, framing, framings
 
 
 def _entry(name: str, split: str = "train", records: int = 1) -> packed.Packed:
@@ -169,21 +169,26 @@ def test_a_copied_range_is_checked_against_its_index(tmp_path):
   assert count_framed(bytes(damaged)) == -1
   a_off, b_off = 0, len(framed[0])
 
-  def entry(key, offset, length, records=1, with_sha=True, data=None):
-    sha = catalog.record_digest(key, f"/r/{key}", data) if with_sha else ""
+  def entry(key, offset, length, records=1, data=None):
+    sha = catalog.record_digest(key, f"/r/{key}", framings(data) if data else [])
     return catalog.Entry(key=key, uri=f"/r/{key}", stamp="s", digest="d", offset=offset,
-                             length=length, records=records, sha=sha)
+                         length=length, records=records, sha=sha)
 
   with open(earlier, "rb") as f:
     good = entry("a", a_off, len(framed[0]), data=framed[0])
     assert catalog.checked_range(f, good) == framed[0]
+    assert catalog.checked_range(f, dataclasses.replace(good, sha="0" * 32)) is None
     # b's entry pointing at a's record (digest keyed by b): not copied
     moved = dataclasses.replace(entry("b", b_off, len(framed[1]), data=framed[1]),
                                 offset=a_off, length=len(framed[0]))
     assert catalog.checked_range(f, moved) is None
-    # an offset moved by 7 bytes, no digest (an index from before --append): framing fails
-    assert catalog.checked_range(f, entry("a", 7, len(framed[0]), with_sha=False)) is None
-    # past the end; a wrong record count
-    assert catalog.checked_range(f, entry("a", 0, 10_000, with_sha=False)) is None
+    # a's row, its digest right, over its range with one data byte flipped: the CRC fails
+    flipped = bytearray(earlier.read_bytes()); flipped[14] ^= 1
+    (tmp_path / "flipped.tfrecord").write_bytes(bytes(flipped))
+    with open(tmp_path / "flipped.tfrecord", "rb") as g:
+      assert catalog.checked_range(g, good) is None
+    # an offset moved by 7 bytes: framing fails; past the end; a wrong record count
+    assert catalog.checked_range(f, dataclasses.replace(good, offset=7)) is None
+    assert catalog.checked_range(f, dataclasses.replace(good, length=10_000)) is None
     assert catalog.checked_range(f, entry("a", a_off, len(framed[0]), records=2,
                                   data=framed[0])) is None
