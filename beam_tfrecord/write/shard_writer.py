@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import hashlib
 import itertools
+import marshal
 import os
 import stat
 import uuid
@@ -22,7 +23,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from beam_tfrecord.storage import progress
 from beam_tfrecord.plan import naming, runs
-from beam_tfrecord.records import packed
+from beam_tfrecord.records import batches, packed
 from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.records.tfrecord import framing
 from beam_tfrecord.storage import paths, processes
@@ -197,6 +198,13 @@ def write_shard(task: ShardTask) -> ShardResult:
   return ShardResult(stats, errors, found.items, found.spilled())
 
 
+def _with_digests(blobs: Iterable[bytes]):
+  """(ImageAnnotation, catalog.digest_plain) of each packed blob, unmarshalled once."""
+  for blob in blobs:
+    image = marshal.loads(blob)
+    yield batches.FROM_PLAIN(image), catalog.digest_plain(image)
+
+
 def _named(task: ShardTask, stats: Dict, name: str) -> None:
   """The file's final name (--shard-name-template; {count} is known only now); it keeps its
   unique staging name until the finalize step moves it there."""
@@ -302,14 +310,14 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
     wanted = lambda identity: _identity_digest(identity) not in held  # noqa: E731
   else:
     wanted = lambda identity: True  # noqa: E731
-  selected = lambda: (a for a in map(packed.unpack, runs.select(  # noqa: E731
+  selected = lambda: ((a, dg) for a, dg in _with_digests(runs.select(  # noqa: E731
       task.runs, task.lo, task.hi, task.by_records)) if wanted((a.key, a.uri)))
   # nothing to compare with and every image its own (a first or full version): each image's
   # stamp and digest are taken as it is written, in one read of the runs
   one_pass = old is None and task.segment is None
   infos, sources = [], []
-  for a in () if one_pass else selected():
-    infos.append((a.key, a.uri, catalog.stamp(a.uri), catalog.digest(a)))
+  for a, dg in () if one_pass else selected():
+    infos.append((a.key, a.uri, catalog.stamp(a.uri), dg))
     sources.append(a.source)
   stats["index"] = index_name
   if infos:
@@ -357,7 +365,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
   flags = itertools.repeat(False) if one_pass else iter(reusable)
   taken = iter(infos)
   ahead = prefetch(
-      ((a, next(flags)) for a in selected()),
+      ((a, next(flags), dg) for a, dg in selected()),
       lambda item: (b"", "") if item[1] else fetch_image(item[0], task.options),
       lambda item: 0 if item[1] else min(item[0].size_bytes or 0, limit), workers,
       READ_AHEAD_BYTES)
@@ -367,8 +375,8 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
   offset = 0
   try:
     with _create(partial) as f:
-      for ((ann, copy), fetched) in ahead:
-        key, uri, st, dg = (ann.key, ann.uri, catalog.stamp(ann.uri), catalog.digest(ann)) \
+      for ((ann, copy, dg), fetched) in ahead:
+        key, uri, st, dg = (ann.key, ann.uri, catalog.stamp(ann.uri), dg) \
             if one_pass else next(taken)
         done.tick()
         data = None
