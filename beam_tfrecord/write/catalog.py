@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import marshal
 import operator
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -266,13 +267,15 @@ def digest_plain(image: Tuple) -> str:
   digest: every field but the file size (a property of the file: the stamp's) and the
   annotation file it came from (a dated export, export-2026-11-24.json, names another file
   each night; it is in no record, and the errors an unchanged image gave are re-issued naming
-  the current one: Entry.error_records). repr of plain values is exact (floats round-trip).
-  From the tuple the writer unmarshals anyway: 15 -> ~5 us an image (py-spy, 200k small
-  images), against an ImageAnnotation replaced and converted back."""
+  the current one: Entry.error_records).
+
+  The bytes hashed are marshal's format 2, exact for plain values (floats as IEEE doubles)
+  and the same for equal values however they share objects: formats 3 and later mark shared
+  and interned objects as references, so equal tuples can marshal differently. It took ~1
+  us where repr took ~11 (an image of 7 boxes) and 47 us an image of the 20k photos."""
   fields = list(image)
   fields[batches.SIZE_BYTES], fields[batches.SOURCE] = None, ""
-  return hashlib.blake2b(repr(tuple(fields)).encode("utf-8", "surrogatepass"),
-                         digest_size=16).hexdigest()
+  return hashlib.blake2b(marshal.dumps(tuple(fields), 2), digest_size=16).hexdigest()
 
 
 def stamp(uri: str) -> str:

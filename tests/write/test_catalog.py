@@ -89,3 +89,26 @@ def test_read_checked_refuses_another_digest_or_row_count_a_link_and_a_fifo(tmp_
 def test_an_entry_keeps_its_fields_through_the_table():
   names = [f.name for f in dataclasses.fields(catalog.Entry)]
   assert sorted(n for n in catalog.SCHEMA.names if n != "hash") == sorted(names)
+
+
+def test_the_annotation_digest_is_of_the_values_not_of_how_they_share_objects():
+  import sys
+  from beam_tfrecord.records import batches
+  from beam_tfrecord.records.model import Box, ImageAnnotation, ObjectAnnotation
+  ann = ImageAnnotation(key="a.jpg", uri="/d/a.jpg", source_id="1", source="x.json",
+                        size_bytes=10, objects=(ObjectAnnotation("person", Box(0.1, 0.2, 0.5,
+                                                                               0.75)),))
+  image = batches.TO_PLAIN(ann)
+  same = catalog.digest_plain(image)
+  assert catalog.digest(ann) == same
+  # the same values, their strings built anew or interned: the same digest
+  rebuilt = eval(repr(image), {})  # noqa: S307 (plain values only)
+  label = sys.intern("".join(["per", "son"]))
+  assert catalog.digest_plain(rebuilt) == same
+  assert catalog.digest_plain(image[:batches.OBJECTS] + (tuple(
+      (label,) + o[1:] for o in image[batches.OBJECTS]),) + image[batches.OBJECTS + 1:]) == same
+  # not the file's size nor the annotation file; any other field, a float's last bit too
+  assert catalog.digest(ann.replace(size_bytes=99, source="y.json")) == same
+  assert catalog.digest(ann.replace(source_id="2")) != same
+  moved = ObjectAnnotation("person", Box(0.1, 0.2, 0.5, 0.7500000000000001))
+  assert catalog.digest(ann.replace(objects=(moved,))) != same
