@@ -272,7 +272,7 @@ def _convert(config: ConvertConfig, beam_args, argv, run_id: str):
       else 0
   if damaged and manifest.outcome in ("ok", "lost_records"):
     # which images were a damaged index's cannot be told: they would be counted as added
-    return "fallback", (f"{damaged} shard index{'es' * (damaged != 1)} of the earlier "
+    return "fallback", (f"{damaged} catalog partition{'s' * (damaged != 1)} of the earlier "
                         "version cannot be read or differ from what it recorded "
                         "(earlier_index_damaged)")
   if manifest.outcome == "lost_records" and config.append_base:

@@ -28,7 +28,7 @@ class Previous:
   directory: str
   splits: Dict[str, PreviousSplit]            # its plan, by split
   shards: Dict[str, Tuple[str, ...]]          # its shard files by split, in shard order
-  indexes: Dict[str, Tuple[str, ...]]         # its shard indexes by split ('' where none)
+  indexes: Dict[str, Tuple[str, ...]]         # its catalog partitions by split ('' where none)
   label_map: Dict[str, int]
   settings: Dict[str, Any]                    # its config, as the manifest records it
   images: Dict[str, int]                      # images per split

@@ -5,7 +5,7 @@ client).
 
     DEST/
       LATEST                 one line, `versions/00000003`: the version readers use
-      versions/00000001/     shards, manifest.json, label map, card, errors, shard indexes
+      versions/00000001/     shards, manifest.json, label map, card, errors, catalog
       versions/00000003/
       .beam-tfrecord-lock    while a run holds DEST
       .beam-tfrecord-run-*/  a run's staging (removed when it publishes or fails)

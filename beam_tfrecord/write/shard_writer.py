@@ -99,11 +99,12 @@ class ShardTask:
   template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE
   read_ahead: int = 0              # read-ahead threads; 0: by where the images are
   remote_images: bool = False
-  index: bool = False              # write the shard's index (catalog.py)
-  previous: Optional[Tuple[str, str]] = None  # this shard in the earlier output: (file, index)
+  index: bool = False              # write the shard's catalog partition (catalog.py)
+  # this shard in the earlier version: (its file, its catalog partition)
+  previous: Optional[Tuple[str, str]] = None
   reuse: bool = False              # copy unchanged images' records from `previous`
   # --append (write/transform.segment_task): the base ranges this shard covers; `members`:
-  # only the images `previous`'s index lists; `exclude`: only images none of these lists
+  # only the images `previous`'s partition lists; `exclude`: only images none of these list
   segment: Optional[Tuple[int, int]] = None
   members: bool = False
   exclude: Optional[Tuple[Tuple[str, str, int], ...]] = None  # (partition, its digest, rows)
@@ -119,7 +120,7 @@ class ShardResult:
   stats: Dict                      # new_stats + add_example, `path` (and `staged`) set
   errors: List[ErrorRecord]
   # (hex SHA-256 of the file as read, split, key, uri) of each image written, kept or copied
-  # (the digest its earlier index entry has, if any): write/leakage.py groups them by digest;
+  # (the digest its earlier catalog row has): write/leakage.py groups them by digest;
   # with the task's contents_directory, `spilled` names the files they went to instead
   contents: List[content_digests.Content] = dataclasses.field(default_factory=list)
   spilled: List[content_digests.Spilled] = dataclasses.field(default_factory=list)
@@ -216,7 +217,7 @@ def _named(task: ShardTask, stats: Dict, name: str) -> None:
 
 
 def _add_entry(stats: Dict, entry: catalog.Entry) -> None:
-  """An image's stats from its index entry: what add_example (or a rejection) counted."""
+  """An image's stats from its catalog row: what add_example (or a rejection) counted."""
   if entry.rejected:
     stats["rejected"] += 1
     return
@@ -230,8 +231,8 @@ def _add_entry(stats: Dict, entry: catalog.Entry) -> None:
 
 
 def _identities(indexes: Sequence[Tuple[str, str, int]]) -> Set[int]:
-  """64-bit digests of the images the earlier shards' indexes list (a new delta shard leaves
-  them out; at most shard_plan.MAX_DELTA_SCAN_IMAGES of them). An index that cannot be read
+  """64-bit digests of the images the earlier shards' partitions list (a new delta shard
+  leaves them out; at most shard_plan.MAX_DELTA_SCAN_IMAGES of them). A partition refused
   lists none, as it does for the writer of its own shard: both decide from the same bytes,
   so every image has exactly one shard. (Two digests that collide would leave an added image
   out: the run's counts then differ from the plan's and --append makes a full version.)"""
@@ -249,12 +250,12 @@ def _identity_digest(identity: catalog.Identity) -> int:
 
 def _kept_file_ok(uri: str, old: Sequence[catalog.Entry], recorded: str = "") -> bool:
   """The earlier shard may be kept as it is: a regular file (not a link) whose size is where
-  its catalog's last record ends and, locally, whose stamp is
-  the one its version recorded (catalog.file_stamp). Then its records are not read (that
-  would cost what keeping saves). A version's file whose stamp differs (written into: hard
-  links are read-only, but not to root; or only linked again) or was never recorded is kept
-  only if every record its index lists checks out (catalog.checked_range: framing, CRCs,
-  digest); otherwise the writer copies the ranges that check and encodes the others again."""
+  its catalog's last record ends and, locally, whose stamp is the one its version recorded
+  (catalog.file_stamp). Then its records are not read (that would cost what keeping saves).
+  A version's file whose stamp differs (written into: hard links are read-only, but not to
+  root; or only linked again) or was never recorded is kept only if every record its
+  catalog lists checks out (catalog.checked_range: framing, CRCs, digest); otherwise the
+  writer copies the ranges that check and encodes the others again."""
   end = max((e.offset + e.length for e in old), default=0)
   try:
     if paths.is_remote(uri):  # an object is never changed in place (a new generation)
@@ -279,14 +280,14 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
 
   Pass 1 reads the shard's annotations from the runs for each image's identity, stamp (no
   image read: catalog.stamp) and annotation digest, O(images of the shard) small tuples.
-  With --append, a segment of an earlier shard file takes only the images its index lists
-  (`members`), a new delta shard only those no earlier index lists (`exclude`).
-  When every image and its order equal the earlier index, the shard is kept: nothing is
-  written, its stats and errors come from the index and `kept_from` names the earlier file
-  (the finalize step links or copies it). Otherwise pass 2 writes the shard: unchanged images'
-  record bytes copied from the earlier file (each range checked: catalog.checked_range,
-  CRCs), the others read and encoded. Either way each image's records are those a full run
-  writes."""
+  With --append, a segment of an earlier shard file takes only the images its catalog
+  partition lists (`members`), a new delta shard only those no earlier partition lists
+  (`exclude`). When every image and its order equal the earlier partition's, the shard is
+  kept: nothing is written, its stats and errors come from the partition and `kept_from`
+  names the earlier file (the finalize step links or copies it). Otherwise pass 2 writes the
+  shard: unchanged images' record bytes copied from the earlier file (each range checked:
+  catalog.checked_range), the others read and encoded. Either way each image's records are
+  those a full run writes."""
   split, shard, num_shards = task.split, task.shard, task.num_shards
   name = naming.shard_name(split, shard, num_shards)
   index_name = catalog.index_name(split, shard, num_shards)
@@ -300,7 +301,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
   if task.previous and old is None:  # its images are encoded again: say so (--append counts it)
     errors.append(ErrorRecord(
         source=task.previous[1], stage="write", reason="earlier_index_damaged", key=name,
-        level="warning", message=f"the earlier shard index {task.previous[1]} cannot be read "
+        level="warning", message=f"the catalog partition {task.previous[1]} cannot be read "
         "or is not the one its version recorded; its shard's images are encoded again"))
   old_by_id = catalog.by_identity(old) if old is not None else {}
   if task.members:  # an earlier shard file: its own images only
@@ -337,7 +338,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
     _named(task, stats, name)
     return ShardResult(stats, errors)
   reuse = task.reuse and old is not None
-  # kept whole only if its index would not change either: the errors it lists name the
+  # kept whole only if its partition would not change either: the errors it lists name the
   # annotation files the images come from now
   if reuse and len(old) == len(infos) and all(
       e.identity == (k, u) and e.same_as(st, dg) and
@@ -388,7 +389,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
               earlier = False
           if earlier:
             data = catalog.checked_range(earlier, old_by_id[(key, uri)])
-          if data is None:  # not what its index says: encoded again
+          if data is None:  # not what its catalog says: encoded again
             damaged += 1
             fetched = functools.partial(fetch_image, ann, task.options)
         if data is not None:
@@ -431,7 +432,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
         source=task.previous[0], stage="write", reason="earlier_shard_damaged",
         key=name, level="warning",
         message=f"{damaged} image(s) of the earlier shard {task.previous[0]} were not what "
-        "its index says (framing, CRC or digest); they were encoded again"))
+        "its catalog says (framing, CRC or digest); they were encoded again"))
   if one_pass and entries:
     stats["first"] = [packed.identity_hash(entries[0].key), entries[0].key, entries[0].uri]
   found = _indexed_contents(task, entries)
@@ -446,9 +447,8 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
 
 def _indexed_contents(task: ShardTask, entries: Sequence[catalog.Entry]
                       ) -> content_digests.Collected:
-  """The contents of an indexed shard: each written image's digest, from its index entry
-  whether it was encoded now or kept or copied from the earlier shard (whose index has it
-  since the leakage check; an older index's images are not compared)."""
+  """The contents of an indexed shard: each written image's digest, from its catalog row
+  whether it was encoded now or kept or copied from the earlier shard."""
   found = content_digests.Collected(task.split, task.contents_directory)
   for e in entries:
     if e.content and not e.rejected:

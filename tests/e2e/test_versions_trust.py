@@ -194,3 +194,68 @@ def test_append_refuses_a_directory_of_other_files_and_checks_inputs_first(tmp_p
   assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1, \
       missing.stderr
   assert not fresh.exists()
+
+
+def _damage(kind: str, partition: Path, other: Path, tmp_path: Path) -> None:
+  """One way a catalog partition of a version goes wrong (issue 38, item 3)."""
+  import pyarrow as pa
+  from beam_tfrecord.write import catalog
+  from versioned_outputs import edit_catalog
+  if kind == "truncated":
+    data = partition.read_bytes()
+    os.chmod(partition, 0o644)
+    partition.write_bytes(data[:len(data) // 2])
+  elif kind == "symlink":  # to a copy of itself outside the version: not followed
+    outside = tmp_path / "outside.parquet"
+    outside.write_bytes(partition.read_bytes())
+    partition.unlink()
+    partition.symlink_to(outside)
+  elif kind == "fifo":
+    partition.unlink()
+    os.mkfifo(partition)
+  elif kind == "schema":  # the manifest made to list it: refused for its columns alone
+    floats = pa.schema([f if f.name != "offset" else pa.field("offset", pa.float64())
+                        for f in catalog.SCHEMA])
+    edit_catalog(partition, lambda columns: None, schema=floats, record=True)
+  elif kind == "digest":  # one stamp edited: the bytes are not the ones recorded
+    edit_catalog(partition, lambda columns: columns["stamp"].__setitem__(0, "1:2:3:4"))
+  elif kind == "another-shards-record":  # a row given another shard's record (its offset,
+    # length and digest), the manifest made to list the forged partition: refused if the
+    # rows then overlap, else the row's range fails its check when it is read
+    import pyarrow.parquet as pq
+    theirs = pq.read_table(other).to_pydict()
+
+    def claimed(columns):
+      columns["offset"][0], columns["length"][0] = theirs["offset"][0], theirs["length"][0]
+      columns["sha"][0] = theirs["sha"][0]
+    edit_catalog(partition, claimed, record=True)
+
+
+@pytest.mark.parametrize("kind", ["truncated", "symlink", "fifo", "schema", "digest",
+                                  "another-shards-record"])
+def test_a_damaged_catalog_partition_costs_work_never_a_record(tmp_path, kind):
+  """Issue 38, item 3: a catalog partition of the version before, damaged or forged, is
+  refused (the version is made in full, one warning) or its rows fail their range checks
+  (those images encoded again, one warning); either way the new version equals a full run."""
+  src, dest = tmp_path / "src", tmp_path / "dest"
+  names = [f"{i:03d}.jpg" for i in range(24)]
+  _dataset(src, names)
+  _run(src, str(dest), "--append")
+  v1 = Path(_latest(dest))
+  partitions = sorted(v1.glob("catalog-train-*.parquet"))
+  _damage(kind, partitions[0], partitions[1], tmp_path)
+  _dataset(src, names + ["more.jpg"])
+  done = _run(src, str(dest), "--append")
+  v2 = _latest(dest)
+  assert v2.endswith("00000002"), done.stdout + done.stderr
+  assert _records(v2) == _full(src, tmp_path)
+  warnings = [line for line in done.stderr.splitlines() if "warning" in line]
+  errors = [json.loads(line) for p in Path(v2).glob("errors-*.jsonl")
+            for line in p.read_text().splitlines()]
+  damaged = [e for e in errors if e["reason"] == "earlier_shard_damaged"]
+  if kind == "another-shards-record" and damaged:  # its rows read, the forged one refused
+    assert len(damaged) == 1 and damaged[0]["level"] == "warning" and not warnings, errors
+  else:  # the partition refused: the version made in full
+    assert len(warnings) == 1 and "earlier_index_damaged" in warnings[0] and \
+        "making a full version" in warnings[0], done.stderr
+  assert _in_process(["verify", str(dest)]).returncode == 0

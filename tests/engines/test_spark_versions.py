@@ -9,7 +9,7 @@ would hold both workers' cores):
   with boxes, with its annotations, in instances_train.json) and a second `--append` makes a
   second version; then a third `--append` with nothing changed publishes nothing. After each
   step the two outputs' whole trees (LATEST, versions/*/: shards, label map, errors file,
-  shard indexes, the manifest without its times and paths) are equal byte for byte
+  catalog partitions, the manifest without its times and paths) are equal byte for byte
   (compare_runners.differences, README cards aside), and `beam-tfrecord verify` passes on
   the Spark output.
 - `--layout tfds`: the same comparison, every file of the TFDS tree.

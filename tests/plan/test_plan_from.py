@@ -1,4 +1,4 @@
-"""--plan-from's maths (plan/shard_plan.py bounds, plan/previous.py) and the shard index
+"""An append's plan maths (plan/shard_plan.py bounds, plan/previous.py) and the catalog
 (write/catalog.py), without Beam: an image's shard is where its identity falls between
 the earlier bounds, whatever was added or removed; a plan made from its own bounds is the plan."""
 from __future__ import annotations
