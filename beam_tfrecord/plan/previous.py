@@ -32,8 +32,9 @@ class Previous:
   label_map: Dict[str, int]
   settings: Dict[str, Any]                    # its config, as the manifest records it
   images: Dict[str, int]                      # images per split
-  # what each shard file and index was when its version was made ('' where not recorded):
-  # the file's stamp (shard_stamp) and the index's digest (catalog.file_digest)
+  # what each shard file and catalog partition was when its version was made ('' and -1
+  # where not recorded): the file's stamp (catalog.file_stamp), the partition's digest
+  # (catalog.file_digest) and its rows
   stamps: Dict[str, Tuple[str, ...]] = dataclasses.field(default_factory=dict)
   index_digests: Dict[str, Tuple[str, ...]] = dataclasses.field(default_factory=dict)
   index_rows: Dict[str, Tuple[int, ...]] = dataclasses.field(default_factory=dict)

@@ -209,12 +209,12 @@ def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lo
 
 
 def check_indexes(output: str, manifest, present, skip=()) -> List[str]:
-  """Each catalog partition (--append) against the manifest and
-  its shard: the digest and row count the manifest lists, entries that cover the file end to
-  end, and each image's byte range holding as many whole framed records as it lists, with the
-  digest it lists. The next run trusts none of this (it checks every range it copies); verify
-  says where a partition went wrong. Names in `skip` (links, directories: reported already)
-  are not read."""
+  """Each catalog partition (--append) against the manifest and its shard: the digest and
+  row count the manifest lists, entries that cover the file end to end, and each image's
+  byte range holding as many whole framed records as it lists, with the digest it lists. The
+  next run trusts none of this (it checks every range it copies); verify says where a
+  partition went wrong. Names in `skip` (links, directories: reported already) are not
+  read."""
   from beam_tfrecord.write import catalog
   problems: List[str] = []
   for split, plan in (manifest.shard_plan or {}).items():

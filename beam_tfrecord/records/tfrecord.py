@@ -57,14 +57,6 @@ def read_record(f: BinaryIO) -> Optional[bytes]:
   return data
 
 
-def count_framed(data: bytes) -> int:
-  """The number of records in `data`, whole framed records back to back, each length and
-  record CRC checked; -1 when it is not exactly that (an earlier shard's byte range, read
-  back: write/shard_writer)."""
-  frames = framings(data)
-  return -1 if frames is None else len(frames) // 2
-
-
 def framings(data: bytes) -> Optional[List[bytes]]:
   """Each record's framing in `data` (its 12-byte head, length and length CRC, and its
   4-byte tail, the data's CRC: head, tail, head, tail, ...) when `data` is whole framed

@@ -26,14 +26,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from beam_tfrecord.records import batches, plain
+from beam_tfrecord.records import batches
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.records.packed import identity_hash
 from beam_tfrecord.records.tfrecord import framings
 from beam_tfrecord.storage import files, paths
 
+# "catalog-" is not a prefix of any shard name: `glob("train-*")` never finds a partition
 TEMPLATE = "catalog-{split}-{shard:05d}-of-{num_shards:05d}.parquet"
-PREFIX = "catalog-"  # not a prefix of any shard name: `glob("train-*")` never finds one
 # A partition larger than this is not one this tool wrote: it is not trusted (the shard is
 # re-encoded). At ~60 bytes a row: millions of images in one shard.
 MAX_INDEX_BYTES = 256 << 20
@@ -65,7 +65,7 @@ class Entry:
   errors: Tuple[Tuple[Tuple[str, object], ...], ...] = ()  # ErrorRecord fields, sorted pairs
   rejected: bool = False
   sha: str = ""  # record_digest of its records' framings
-  content: str = ""  # hex SHA-256 of the image file as read (write/contents.py; '' before)
+  content: str = ""  # hex SHA-256 of the image file as read (write/contents.py)
 
   @property
   def identity(self) -> Identity:
@@ -233,9 +233,13 @@ def file_stamp(uri: str) -> str:
   if paths.is_remote(uri):
     return ""
   try:
-    st = os.lstat(uri)
+    return _local_stamp(os.lstat(uri))
   except OSError:
     return ""
+
+
+def _local_stamp(st: os.stat_result) -> str:
+  """A local file's stamp, shard or image: size, modification time, inode, change time."""
   return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
 
 
@@ -254,12 +258,9 @@ def open_earlier(uri: str):
     raise OSError(str(e)) from None
 
 
-_TO_PLAIN, _ = plain.record_converters(ImageAnnotation)
-
-
 def digest(ann: ImageAnnotation) -> str:
   """digest_plain of an ImageAnnotation."""
-  return digest_plain(_TO_PLAIN(ann))
+  return digest_plain(batches.TO_PLAIN(ann))
 
 
 def digest_plain(image: Tuple) -> str:
@@ -285,13 +286,11 @@ def stamp(uri: str) -> str:
   its size and update time from its metadata (an object written again is a new generation
   with a new time). '' when the file cannot be looked at (it is then encoded, and reported as
   such)."""
-  from beam_tfrecord.storage import files
   if uri.endswith(files.EMBEDDED):  # an image inside its annotation file: the file's stamp
     uri = uri[:-len(files.EMBEDDED)]
   try:
     if not paths.is_remote(uri):
-      st = os.stat(uri)
-      return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
+      return _local_stamp(os.stat(uri))
     from apache_beam.io.filesystems import FileSystems
     meta = FileSystems.get_filesystem(uri).metadata(uri)
     return f"{meta.size_in_bytes}:{meta.last_updated_in_seconds!r}"
