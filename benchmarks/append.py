@@ -65,9 +65,8 @@ def make_v1(data: datasets.Dataset, root: str) -> Dict:
   return {"images": images, "v1": v1, "doc": doc}
 
 
-def make_v2(version: Dict, root: str, count: int, added: int, changed: int) -> Dict:
-  """Version 2: `added` new images (with their boxes) and `changed` images drawn again under
-  their names (new files: the pool's stay as they are); v2.json."""
+def make_v2(version: Dict, root: str, count: int, added: int) -> Dict:
+  """Version 2: `added` new images (with their boxes); v2.json."""
   images, doc = version["images"], version.pop("doc")
   for k in range(added):
     index = count + k
@@ -80,19 +79,10 @@ def make_v2(version: Dict, root: str, count: int, added: int, changed: int) -> D
       doc["annotations"].append({"id": len(doc["annotations"]) + 1, "image_id": index + 1,
                                  "category_id": category_id, "bbox": [x, y, w, h],
                                  "area": round(w * h, 2), "iscrowd": 0})
-  step = max(1, count // max(changed, 1))
-  redrawn = []
-  for k in range(changed):
-    index = k * step
-    path = os.path.join(images, datasets.file_name(index))
-    os.remove(path)  # a new file: the link to the pool goes, the pool's image stays
-    with open(path, "wb") as f:  # same size and boxes, other pixels: an edited photo
-      f.write(datasets.render(index + 7_000_000))
-    redrawn.append(datasets.file_name(index))
   v2 = os.path.join(root, "v2.json")
   with open(v2, "w", encoding="utf-8") as f:
     json.dump(doc, f)
-  return dict(version, v2=v2, added=added, changed=redrawn)
+  return dict(version, v2=v2, added=added)
 
 
 EXTRA: List[str] = []  # --extra: options of every conversion
@@ -110,20 +100,12 @@ def make_small(count: int, added: int, root: str, cache_dir: str) -> Dict:
   (hard links to the same few rendered files: a link to the cache's would pass ext4's
   65,000 links a file), so the mix phase's redrawn and removed files never touch the cache."""
   data = small_dataset.ensure_small_dataset(count, cache_dir)
-  images, sources = os.path.join(root, "images"), os.path.join(root, "sources")
-  os.makedirs(images)
-  os.makedirs(sources)
-  k = small_dataset.sources_needed(count)
-  rendered = [os.path.join(sources, f"src_{s:04d}.jpg") for s in range(k)]
-  for s, path in enumerate(rendered):
-    with open(path, "wb") as f:
-      f.write(small_dataset.render(s))
-  for i in range(count):
-    os.link(rendered[i % k], os.path.join(images, f"img_{i:08d}.jpg"))
+  small_dataset.make_images(root, count)
   v1 = os.path.join(root, "v1.json")
   small_dataset.write_json(v1, count - added)
-  return {"images": images, "v1": v1, "v2": data.annotations, "added_from": count - added,
-          "name": lambda i: f"img_{i:08d}.jpg", "render": small_dataset.render}
+  return {"images": os.path.join(root, "images"), "v1": v1, "v2": data.annotations,
+          "added_from": count - added, "name": small_dataset.file_name,
+          "render": small_dataset.render}
 
 
 def records_of(directory: str) -> collections.Counter:
@@ -230,7 +212,7 @@ def main(argv=None) -> int:
     full_records: Dict[str, collections.Counter] = {}
     for number, phase in enumerate(phases):
       if number == 2 and not args.small_images:
-        version = make_v2(version, work, args.images, added, 0)
+        version = make_v2(version, work, args.images, added)
       elif number == 3:
         version["images3"] = images
         v3 = make_mix(version, work, count, changed, removed)

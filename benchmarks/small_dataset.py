@@ -109,7 +109,7 @@ def write_json(path: str, count: int, coordinates: str = "int", polygons: bool =
     f.write(', "images": [')
     for start in range(0, count, CHUNK):
       f.write(("," if start else "") + ",".join(
-          f'{{"id": {i + 1}, "file_name": "img_{i:08d}.jpg", "width": {WIDTH}, '
+          f'{{"id": {i + 1}, "file_name": "{file_name(i)}", "width": {WIDTH}, '
           f'"height": {HEIGHT}}}' for i in range(start, min(count, start + CHUNK))))
     f.write('], "annotations": [')
     for start in range(0, count, CHUNK):
@@ -119,6 +119,26 @@ def write_json(path: str, count: int, coordinates: str = "int", polygons: bool =
           for k, (c, x, y, w, h) in enumerate(boxes(i))))
     f.write('], "categories": ' + json.dumps(
         [{"id": i, "name": n, "supercategory": "thing"} for i, n in CATEGORIES]) + "}")
+
+
+def file_name(index: int) -> str:
+  return f"img_{index:08d}.jpg"
+
+
+def make_images(root: str, count: int) -> None:
+  """root/sources/: the K rendered images; root/images/: `count` hard links to them, image i
+  to source i % K."""
+  sources, images = os.path.join(root, "sources"), os.path.join(root, "images")
+  os.makedirs(sources)
+  os.makedirs(images)
+  k = sources_needed(count)
+  paths = []
+  for s in range(k):
+    paths.append(os.path.join(sources, f"src_{s:04d}.jpg"))
+    with open(paths[-1], "wb") as f:
+      f.write(render(s))
+  for i in range(count):
+    os.link(paths[i % k], os.path.join(images, file_name(i)))
 
 
 def ensure_small_dataset(count: int, cache_dir: str = DEFAULT_CACHE, verbose: bool = True,
@@ -133,16 +153,7 @@ def ensure_small_dataset(count: int, cache_dir: str = DEFAULT_CACHE, verbose: bo
     for stale in glob.glob(f"{root}.tmp*"):  # an interrupted earlier build
       shutil.rmtree(stale, ignore_errors=True)
     tmp = f"{root}.tmp{os.getpid()}"
-    sources, images = os.path.join(tmp, "sources"), os.path.join(tmp, "images")
-    os.makedirs(sources)
-    os.makedirs(images)
-    paths = []
-    for s in range(k):
-      paths.append(os.path.join(sources, f"src_{s:04d}.jpg"))
-      with open(paths[-1], "wb") as f:
-        f.write(render(s))
-    for i in range(count):
-      os.link(paths[i % k], os.path.join(images, f"img_{i:08d}.jpg"))
+    make_images(tmp, count)
     write_json(os.path.join(tmp, "coco.json"), count, coordinates, polygons)
     os.replace(tmp, root)
     if verbose:
