@@ -81,6 +81,23 @@ def full(root: Path, tmp: Path) -> dict:
   return records(str(out))
 
 
+def append_after_damage(tmp: Path, count: int, damage):
+  """A versioned output in tmp/"dest" of `count` images (tmp/"src"), damage(its version's
+  directory) done to it, then an --append with one image more. Returns (that run, the new
+  version's directory), checked to be version 2 and to hold a full run's records."""
+  src, dest = tmp / "src", tmp / "dest"
+  names = [f"{i:03d}.jpg" for i in range(count)]
+  dataset(src, names)
+  run(src, str(dest), "--append")
+  damage(Path(latest(dest)))
+  dataset(src, names + ["more.jpg"])
+  done = run(src, str(dest), "--append")
+  new = latest(dest)
+  assert new.endswith("00000002"), done.stdout + done.stderr
+  assert records(new) == full(src, tmp)
+  return done, new
+
+
 def edit_catalog(path: Path, edit, schema=None, record: bool = False) -> None:
   """Rewrite a catalog partition (a Parquet file of a version): edit(columns) changes its
   columns (a dict of lists) in place; `schema` writes them with other column types. With

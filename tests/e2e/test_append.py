@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from beam_tfrecord.storage import versions
-from versioned_outputs import (dataset as _dataset, edit_catalog as _edit_catalog, full as _full,
+from versioned_outputs import (append_after_damage as _append_after_damage,
+                               dataset as _dataset, edit_catalog as _edit_catalog, full as _full,
                                in_process as _in_process,
                                latest as _latest, records as _records, run as _run)
 
@@ -95,49 +96,37 @@ def test_versions_equal_full_runs_and_keep_old_shards(tmp_path):
 
 
 def test_a_damaged_earlier_version_costs_work_not_a_wrong_record(tmp_path):
-  src, dest = tmp_path / "src", tmp_path / "dest"
-  names = [f"{i:03d}.jpg" for i in range(40)]
-  _dataset(src, names)
-  _run(src, str(dest), "--append")
-  v1 = Path(_latest(dest))
-  indexes = sorted(v1.glob("catalog-*.parquet"))
-  # a row's offset moved by 7 bytes; another pointing at its neighbour's record; a third
-  # partition with float offsets; a kept shard replaced by a symlink to an outside file
-  def moved(columns):
-    columns["offset"][0] += 7
-    columns["offset"][1], columns["length"][1] = columns["offset"][2], columns["length"][2]
-  _edit_catalog(indexes[0], moved)
-  import pyarrow as pa
-  from beam_tfrecord.write import catalog
-  floats = pa.schema([f if f.name != "offset" else pa.field("offset", pa.float64())
-                      for f in catalog.SCHEMA])
-  _edit_catalog(indexes[1], lambda columns: None, schema=floats)
-  shard = sorted(v1.glob("train-*.tfrecord"))[3]
   outside = tmp_path / "outside.tfrecord"
-  outside.write_bytes(shard.read_bytes())
-  shard.unlink()
-  shard.symlink_to(outside)
-  _dataset(src, names + ["more.jpg"])
-  done = _run(src, str(dest), "--append")
-  v2 = _latest(dest)
-  assert v2.endswith("00000002"), done.stdout + done.stderr
-  assert _records(v2) == _full(src, tmp_path)
+
+  def damage(v1):
+    # a row's offset moved by 7 bytes; another pointing at its neighbour's record; a third
+    # partition with float offsets; a kept shard replaced by a symlink to an outside file
+    indexes = sorted(v1.glob("catalog-*.parquet"))
+
+    def moved(columns):
+      columns["offset"][0] += 7
+      columns["offset"][1], columns["length"][1] = columns["offset"][2], columns["length"][2]
+    _edit_catalog(indexes[0], moved)
+    import pyarrow as pa
+    from beam_tfrecord.write import catalog
+    floats = pa.schema([f if f.name != "offset" else pa.field("offset", pa.float64())
+                        for f in catalog.SCHEMA])
+    _edit_catalog(indexes[1], lambda columns: None, schema=floats)
+    shard = sorted(v1.glob("train-*.tfrecord"))[3]
+    outside.write_bytes(shard.read_bytes())
+    shard.unlink()
+    shard.symlink_to(outside)
+  _, v2 = _append_after_damage(tmp_path, 40, damage)
   for path in Path(v2).glob("*.tfrecord"):  # nothing links to the outside file
     assert not path.is_symlink() and path.stat().st_ino != outside.stat().st_ino
 
 
 def test_a_fifo_in_place_of_a_shard_does_not_hang(tmp_path):
-  src, dest = tmp_path / "src", tmp_path / "dest"
-  names = [f"{i:03d}.jpg" for i in range(20)]
-  _dataset(src, names)
-  _run(src, str(dest), "--append")
-  v1 = Path(_latest(dest))
-  for name in ("train-00001-of-00004.tfrecord", "catalog-train-00002-of-00004.parquet"):
-    (v1 / name).unlink()
-    os.mkfifo(v1 / name)
-  _dataset(src, names + ["x.jpg"])
-  _run(src, str(dest), "--append")
-  assert _records(_latest(dest)) == _full(src, tmp_path)
+  def damage(v1):
+    for name in ("train-00001-of-00004.tfrecord", "catalog-train-00002-of-00004.parquet"):
+      (v1 / name).unlink()
+      os.mkfifo(v1 / name)
+  _append_after_damage(tmp_path, 20, damage)  # a version equal to a full run
 
 
 def test_a_kill_while_publishing_leaves_the_old_version_latest(tmp_path):

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from beam_tfrecord.storage import versions
-from versioned_outputs import (dataset as _dataset, full as _full, in_process as _in_process,
-                               latest as _latest, records as _records, run as _run)
+from versioned_outputs import (append_after_damage, dataset as _dataset, edit_catalog,
+                               full as _full, in_process as _in_process, latest as _latest,
+                               records as _records, run as _run)
 
 pytestmark = pytest.mark.e2e
 
@@ -200,7 +201,6 @@ def _damage(kind: str, partition: Path, other: Path, tmp_path: Path) -> None:
   """One way a catalog partition of a version goes wrong (issue 38, item 3)."""
   import pyarrow as pa
   from beam_tfrecord.write import catalog
-  from versioned_outputs import edit_catalog
   if kind == "truncated":
     data = partition.read_bytes()
     os.chmod(partition, 0o644)
@@ -237,18 +237,10 @@ def test_a_damaged_catalog_partition_costs_work_never_a_record(tmp_path, kind):
   """Issue 38, item 3: a catalog partition of the version before, damaged or forged, is
   refused (the version is made in full, one warning) or its rows fail their range checks
   (those images encoded again, one warning); either way the new version equals a full run."""
-  src, dest = tmp_path / "src", tmp_path / "dest"
-  names = [f"{i:03d}.jpg" for i in range(24)]
-  _dataset(src, names)
-  _run(src, str(dest), "--append")
-  v1 = Path(_latest(dest))
-  partitions = sorted(v1.glob("catalog-train-*.parquet"))
-  _damage(kind, partitions[0], partitions[1], tmp_path)
-  _dataset(src, names + ["more.jpg"])
-  done = _run(src, str(dest), "--append")
-  v2 = _latest(dest)
-  assert v2.endswith("00000002"), done.stdout + done.stderr
-  assert _records(v2) == _full(src, tmp_path)
+  def damage(v1):
+    partitions = sorted(v1.glob("catalog-train-*.parquet"))
+    _damage(kind, partitions[0], partitions[1], tmp_path)
+  done, v2 = append_after_damage(tmp_path, 24, damage)
   warnings = [line for line in done.stderr.splitlines() if "warning" in line]
   errors = [json.loads(line) for p in Path(v2).glob("errors-*.jsonl")
             for line in p.read_text().splitlines()]
@@ -258,4 +250,4 @@ def test_a_damaged_catalog_partition_costs_work_never_a_record(tmp_path, kind):
   else:  # the partition refused: the version made in full
     assert len(warnings) == 1 and "earlier_index_damaged" in warnings[0] and \
         "making a full version" in warnings[0], done.stderr
-  assert _in_process(["verify", str(dest)]).returncode == 0
+  assert _in_process(["verify", str(tmp_path / "dest")]).returncode == 0
