@@ -34,7 +34,7 @@ setup(
         "defusedxml>=0.7",      # VOC XML without entity expansion
         "pyyaml>=6",            # YOLO data.yaml
         "protobuf>=4.21",
-        "pyarrow",              # the catalog of versions (write/catalog.py); Beam pins its range
+        "pyarrow",              # the catalog of versions (storage/catalog.py); Beam pins its range
         "rich>=13",             # progress line on terminals
         "pycocotools>=2.0.7",   # --include-masks: COCO polygon/RLE rasterization (the reference)
         "numpy>=1.24",

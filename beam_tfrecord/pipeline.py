@@ -20,7 +20,8 @@ from beam_tfrecord.finalize.transform import Finalize, count_keys
 from beam_tfrecord.plan import previous as previous_output
 from beam_tfrecord.plan.previous import Previous
 from beam_tfrecord.plan.shard_plan import overlap_warning
-from beam_tfrecord.plan.transform import PlanShards, SortRuns, shard_tasks
+from beam_tfrecord.plan.transform import (CheckEarlierFiles, PlanShards, SortRuns,
+                                          shard_tasks)
 from beam_tfrecord.prepare.labels import BuildLabelMap
 from beam_tfrecord.prepare.locate import DedupeImages, PrepareImages
 from beam_tfrecord.prepare.select import SelectClasses
@@ -145,9 +146,7 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
 
   # --- --append: the earlier version's plan, and its shards and catalog to compare with
   previous, incremental = earlier_output(config)
-  indexing = Indexing(index=config.append, previous=previous,
-                      reuse=bool(incremental) and not incremental["reason"],
-                      append=config.append)
+  indexing = Indexing(index=config.append, previous=previous)
   previous_plan = previous.splits if previous is not None else None
 
   template = config.shard_name_template
@@ -157,9 +156,17 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
         lambda batch: [packed.pack_plain(image, count_records(image)) for image in batch]
     ).with_output_types(List[packed.Packed])
     runs_dir, spill_dir = work_directories(staging, run_id, local)
+    if previous is not None:  # its files checked once, before the sort compares with them
+      checks, check_errors = root | "CheckEarlier" >> CheckEarlierFiles(
+          previous, processes=local_cores() if in_process(root) else 1)
+      checks = beam.pvalue.AsList(checks)
+    else:
+      checks, check_errors = None, root | "NoEarlier" >> beam.Create([])
     # the in-process runner's one thread would sort every run itself: its cores do
-    sort_runs = SortRuns(runs_dir, spill_dir, previous_plan,
-                         processes=local_cores() if in_process(root) else 1)
+    sort_runs = SortRuns(runs_dir, spill_dir, previous,
+                         processes=local_cores() if in_process(root) else 1,
+                         label_map=label_map, checks=checks,
+                         reuse=bool(incremental) and not incremental["reason"])
     counts, sort_errors = packed_images | "SortRuns" >> sort_runs
     planned = counts | "Plan" >> PlanShards(
         config.num_shards, config.shard_size_mb, staging, config.records_per_shard, template,
@@ -171,9 +178,11 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
     writer = WriteShards(staging, runs_dir, label_map, plan, options, template, processes,
                          min_images, remote_images=remote, spread=not in_process(root),
                          indexing=indexing, contents_directory=(
-                             leakage.contents_directory(spill_dir) if spill_dir else None))
+                             leakage.contents_directory(spill_dir) if spill_dir else None),
+                         checks=checks)
     stats, write_errors = tasks | "WriteShards" >> writer
-    write_errors = (sort_errors, write_errors) | "PlanAndWriteErrors" >> beam.Flatten()
+    write_errors = ((check_errors, sort_errors, write_errors)
+                    | "PlanAndWriteErrors" >> beam.Flatten())
     beam_files = root | "NoBeamFiles" >> beam.Create([])
   else:
     spill_dir = work_directories(staging, run_id, local)[1]

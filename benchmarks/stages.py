@@ -143,6 +143,9 @@ FRAME_STAGES: Tuple[Tuple[str, Optional[str]], ...] = (
     ("order_key (beam_tfrecord/plan/shard_plan.py", SORT),
     ("write_run (beam_tfrecord/plan/runs.py", SORT),
     ("write_run.<locals>", SORT),
+    # --append: the sort's comparison with the earlier version's catalog (plan/compare: its
+    # rows read, each image's stamp and annotation digest) and the earlier files' check
+    ("(beam_tfrecord/plan/compare.py", SORT),
     # plan: the runs' counts (add_counts, one call per image in _SortRuns), the combine into a
     # ShardPlan (_PlanFn, make_plan, plan_split), --plan-from's bounds, the shard tasks and
     # each task's runs (plan/runs.shard_runs)
@@ -196,12 +199,13 @@ FRAME_STAGES: Tuple[Tuple[str, Optional[str]], ...] = (
     ("_Encode.", ENCODE),
     # frame and write: TFRecord framing and CRC32C (records/tfrecord.py), the shard writer's
     # loop and file writes (write/shard_writer.write_shard: its own lines), the shard's
-    # progress counter, the shard index (--plan-from, --incremental), the DoFn that hands
-    # shards to writer processes
+    # progress counter, the catalog of versions (--append: the partition written, an earlier
+    # file kept or rewritten: write/segments), the DoFn that hands shards to writer processes
     ("ShardCounter.", WRITE),
     ("(beam_tfrecord/records/tfrecord.py", WRITE),
     ("(beam_tfrecord/write/shard_writer.py", WRITE),
-    ("(beam_tfrecord/write/catalog.py", WRITE),
+    ("(beam_tfrecord/write/segments.py", WRITE),
+    ("(beam_tfrecord/storage/catalog.py", WRITE),
     ("(beam_tfrecord/write/transform.py", WRITE),
     ("_WriteShard.", WRITE),
     # the write's set-up: gc.collect + malloc_trim, once per DoFn instance

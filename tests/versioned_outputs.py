@@ -105,7 +105,7 @@ def edit_catalog(path: Path, edit, schema=None, record: bool = False) -> None:
   forger who knows the format would."""
   import pyarrow as pa
   import pyarrow.parquet as pq
-  from beam_tfrecord.write import catalog
+  from beam_tfrecord.storage import catalog
   columns = pq.read_table(path).to_pydict()
   edit(columns)
   os.chmod(path, 0o644)

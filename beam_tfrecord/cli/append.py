@@ -37,8 +37,7 @@ def compaction_reason(manifest) -> str:
       continue
     deltas = [s for s, delta in zip(info.shards, flags) if delta]
     records = sum(s.examples or 0 for s in deltas)
-    # a large split's delta shards are bounded by their scan (shard_plan.delta_groups), not
-    # only by their size: allow as many as it has base shards
+    # a large split takes as many delta shards as it has base shards before compaction
     limit = max(MAX_DELTA_SHARDS, len(info.shards) - len(deltas))
     if len(deltas) > limit:
       return f"split {split!r} has {len(deltas)} delta shards (more than {limit})"
@@ -65,9 +64,9 @@ def sizing_changes(config: ConvertConfig, before: dict) -> str:
 
 def oversized_delta(manifest) -> str:
   """'' or why a new delta shard is too large: it holds more than REBALANCE_FACTOR times the
-  images its split's delta shards are sized for (shard_plan.delta_target). The plan
-  estimates the images added from the counts (more images than before); when as many went
-  as came, that estimate is low."""
+  images its split's delta shards are sized for (shard_plan.delta_target). The plan cuts
+  delta shards from the images added in each base range (shard_plan.delta_groups), so only
+  a range that alone gained that many (an addition several times the dataset) makes one."""
   from beam_tfrecord.plan.shard_plan import REBALANCE_FACTOR, delta_target
   largest = (manifest.incremental or {}).get("largest_delta") or {}
   for split, entry in sorted((manifest.shard_plan or {}).items()):

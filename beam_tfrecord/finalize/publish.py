@@ -23,7 +23,7 @@ from beam_tfrecord.records.manifest import Manifest
 from beam_tfrecord.records.tfrecord import read_record
 from beam_tfrecord.storage import paths, versions
 from beam_tfrecord.storage.layout import MANIFEST, OWN_PREFIX, kill_point
-from beam_tfrecord.write import catalog
+from beam_tfrecord.storage import catalog
 
 
 class LostRace(Exception):

@@ -14,6 +14,8 @@ import json
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from beam_tfrecord.errors import UsageError
+from beam_tfrecord.plan import compare
+from beam_tfrecord.plan.compare import EarlierFile
 from beam_tfrecord.plan.shard_plan import (Bound, PreviousSplit, ShardPlan,
                                            sizes_of)
 from beam_tfrecord.records.manifest import Manifest
@@ -49,13 +51,16 @@ class Previous:
             digests[shard] if shard < len(digests) else "",
             rows[shard] if shard < len(rows) else -1)
 
-  def shard(self, split: str, shard: int) -> Optional[Tuple[str, str]]:
-    """(shard file uri, index uri) of one shard, None when it has no index to compare with."""
-    files, indexes = self.shards.get(split, ()), self.indexes.get(split, ())
-    if shard >= len(files) or shard >= len(indexes) or not indexes[shard]:
-      return None
-    return (paths.child(self.directory, files[shard]),
-            paths.child(self.directory, indexes[shard]))
+  def earlier_files(self, split: str) -> Tuple[EarlierFile, ...]:
+    """Each shard file of `split`, with its catalog partition and what its version recorded
+    of both (plan/compare)."""
+    files = self.shards.get(split, ())
+    indexes = self.indexes.get(split, ()) or ("",) * len(files)
+    return compare.earlier_files(
+        split, self.splits[split].bounds, self.splits[split].segments_or_base(),
+        [paths.child(self.directory, name) for name in files],
+        [paths.child(self.directory, name) if name else "" for name in indexes],
+        [self.recorded(split, i) for i in range(len(files))])
 
 
 def encode_bound(bound: Bound) -> List[str]:

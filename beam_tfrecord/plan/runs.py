@@ -14,9 +14,9 @@ import os
 import struct
 import uuid
 import marshal
-from typing import Dict, Iterable, Iterator, List, NamedTuple, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from beam_tfrecord.plan import shard_plan
+from beam_tfrecord.plan import compare, shard_plan
 from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.storage import paths, spill
@@ -29,13 +29,18 @@ def run_name(split: str, run: int) -> str:
 
 
 def write_run(directory: str, split: str, run: int, entries: Sequence[packed.Packed]) -> str:
-  """Write a run's sorted images of one split; returns the run's path. Written under a
-  unique name and renamed, so a retried bundle replaces it whole."""
-  final = paths.child(directory, run_name(split, run))
+  """Write a run's sorted images of one split; returns the run's path."""
+  return _write(directory, run_name(split, run),
+                [_RECORDS.pack(e[packed.RECORDS]) + e[packed.BLOB] for e in entries])
+
+
+def _write(directory: str, name: str, records: Sequence[bytes]) -> str:
+  """Framed records written under a unique name and renamed, so a retried bundle replaces
+  the file whole."""
+  final = paths.child(directory, name)
   data = io.BytesIO()
-  spill.write_records(data, [_RECORDS.pack(e[packed.RECORDS]) + e[packed.BLOB]
-                             for e in entries])
-  partial = paths.child(directory, f".part-{uuid.uuid4().hex}-{run_name(split, run)}")
+  spill.write_records(data, records)
+  partial = paths.child(directory, f".part-{uuid.uuid4().hex}-{name}")
   if paths.is_remote(directory):
     from apache_beam.io.filesystems import FileSystems
     with FileSystems.create(partial) as f:
@@ -49,16 +54,39 @@ def write_run(directory: str, split: str, run: int, entries: Sequence[packed.Pac
   return final
 
 
-def read_run(path: str) -> Iterator[Tuple[int, bytes]]:
-  """(records, packed annotation) of each image of a run, in shard order."""
+def _read(path: str) -> bytes:
   if paths.is_remote(path):
     from apache_beam.io.filesystems import FileSystems
     with FileSystems.open(path, compression_type="uncompressed") as f:
-      data = f.read()
-  else:
-    with open(path, "rb") as f:
-      data = f.read()
-  for record in spill.iter_records(data):
+      return f.read()
+  with open(path, "rb") as f:
+    return f.read()
+
+
+# --append: a run of a split the earlier version has holds only what changed (plan/compare):
+# (records, earlier file, row, packed annotation) of each image to encode (file -1: added
+# since, `row` its base range), and (0, file, row, b"") of each row no image keeps (removed)
+_CHANGE = struct.Struct("<Iii")
+Change = Tuple[int, int, int, bytes]
+
+
+def changes_name(split: str, run: int) -> str:
+  return f"changes-{split}-{run:05d}"
+
+
+def write_changes(directory: str, split: str, run: int, changes: Sequence[Change]) -> str:
+  return _write(directory, changes_name(split, run),
+                [_CHANGE.pack(records, file, row) + blob for records, file, row, blob in changes])
+
+
+def read_changes(path: str) -> Iterator[Change]:
+  for record in spill.iter_records(_read(path)):
+    yield (*_CHANGE.unpack_from(record), record[_CHANGE.size:])
+
+
+def read_run(path: str) -> Iterator[Tuple[int, bytes]]:
+  """(records, packed annotation) of each image of a run, in shard order."""
+  for record in spill.iter_records(_read(path)):
     yield _RECORDS.unpack_from(record)[0], record[4:]
 
 
@@ -86,18 +114,33 @@ Counts = List[Tuple[Tuple[str, int], Tuple[int, int, int]]]
 
 
 def sort_run(directory: str, run: int, entries: Iterable[packed.Packed],
-             bounds: Dict[str, Tuple[shard_plan.Bound, ...]]
+             earlier: Optional[Dict[str, compare.CompareSplit]] = None, span: int = 1
              ) -> Tuple[Counts, List[ErrorRecord]]:
   """A run's images sorted, one per file and split (shard_plan.sort_partition), written as one
   run per split into `directory`: (((split, partition), (images, records, bytes)) of its
-  partitions, and below each of `bounds` (--append) in its split; the duplicates' errors)."""
+  partitions; the duplicates' errors). With `earlier` (--append: the splits the earlier
+  version has, plan/compare), such a split's run holds only its changes (write_changes), and
+  the counts also say, for each earlier bound, how many images of its partition sort before
+  it, per earlier file how many of its rows changed or went (shard_plan.DIRTY) and per base
+  range how many images were added (shard_plan.ADDED). Run `run` holds partitions
+  [run * span, (run + 1) * span)."""
+  earlier = earlier or {}
   by_split, errors = shard_plan.sort_partition(entries)
   counts: Counts = []
-  for split, unique in sorted(by_split.items()):
-    write_run(directory, split, run, unique)
-    counts += shard_plan.partition_counts(split, unique).items()
-    if split in bounds:
-      counts += shard_plan.counts_below_bounds(split, unique, bounds[split]).items()
+  for split in sorted(set(by_split) | set(earlier)):
+    unique = by_split.get(split, [])
+    if unique:
+      counts += shard_plan.partition_counts(split, unique).items()
+    context = earlier.get(split)
+    if context is None:
+      write_run(directory, split, run, unique)
+      continue
+    counts += shard_plan.counts_below_bounds(split, unique, context.bounds).items()
+    rows = compare.catalog_rows(context, run * span, (run + 1) * span - 1)
+    changes, dirty, added = compare.compare_run(unique, rows, context)
+    write_changes(directory, split, run, changes)
+    counts += [((split, (shard_plan.DIRTY, f)), (n, 0, 0)) for f, n in sorted(dirty.items())]
+    counts += [((split, (shard_plan.ADDED, r)), (n, 0, 0)) for r, n in sorted(added.items())]
   return counts, errors
 
 
@@ -106,10 +149,11 @@ class SpilledRun(NamedTuple):
   directory: str
   run: int
   files: Tuple[str, ...]
-  bounds: Dict[str, Tuple[shard_plan.Bound, ...]]
+  earlier: Dict[str, compare.CompareSplit]
+  span: int
 
 
 def sort_spilled_run(task: SpilledRun) -> Tuple[Counts, List[ErrorRecord]]:
   """sort_run of the images in a run's spill files (a worker process's task)."""
   entries = [marshal.loads(r) for path in task.files for r in spill.read_records(path)]
-  return sort_run(task.directory, task.run, entries, task.bounds)
+  return sort_run(task.directory, task.run, entries, task.earlier, task.span)

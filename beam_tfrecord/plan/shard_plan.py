@@ -69,6 +69,9 @@ Bound = Tuple[int, str, str]
 # the plan's accumulator keeps, beside each (split, partition)'s counts, under the partition
 # -(i + 1) the counts of bound i's partition that sort before bound i
 BOUND_KEY_BASE = -1
+# and, under (DIRTY, i), the rows of earlier file i that changed or went, under (ADDED, r) the
+# images added in base range r (plan/compare): O(files + ranges)
+DIRTY, ADDED = "dirty", "added"
 
 
 def bound_of(entry: packed.Packed) -> Bound:
@@ -278,6 +281,9 @@ class Segment:
   end: int
   previous: int = -1
   delta: bool = False  # a delta shard (new, or kept from a version where it was one)
+  # the run files' changes it takes: an earlier file's rows changed or removed, a new delta
+  # shard's images added in its ranges (plan/compare)
+  changes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,22 +308,20 @@ def delta_target(planned: Sequence[int]) -> int:
   return sorted(planned)[len(planned) // 2] if planned else 1
 
 
-# A new delta shard's writer holds a 64-bit digest of every image the earlier shards of its
-# ranges list (to leave them out): at most this many (~70 bytes each in a Python set, so
-# ~140 MB), which bounds how many base ranges one delta shard covers.
-MAX_DELTA_SCAN_IMAGES = 2_000_000
-
-
-def delta_groups(ranges: int, added: int, target: int,
-                 scan_limit: int = MAX_DELTA_SCAN_IMAGES) -> List[Tuple[int, int]]:
-  """--append: the base ranges [first, end) each new delta shard covers. Every range is
-  covered (an image added anywhere has a shard to go to); as many groups as shards of
-  `target` images the estimated `added` images make, at least one, and enough that none
-  covers more than `scan_limit` earlier images (ranges of about `target` images). Pure."""
-  per_group = max(1, scan_limit // max(target, 1))
-  groups = max(1, math.ceil(max(added, 0) / max(target, 1)), math.ceil(ranges / per_group))
-  groups = min(ranges, groups)
-  return [(g * ranges // groups, (g + 1) * ranges // groups) for g in range(groups)]
+def delta_groups(added: Sequence[int], target: int) -> List[Tuple[int, int]]:
+  """--append: the base ranges [first, end) each new delta shard covers, given the images
+  added in each range (the sort counts them: plan/compare). Every range is covered; a group
+  ends before the range that would take it past `target` images, so a delta shard holds more
+  only when one range alone does. Pure."""
+  groups: List[Tuple[int, int]] = []
+  start = held = 0
+  for r, n in enumerate(added):
+    if held and held + n > target:
+      groups.append((start, r))
+      start, held = r, 0
+    held += n
+  groups.append((start, len(added)))
+  return groups
 
 
 # a shard that would hold more than this times its planned size makes the plan afresh
@@ -335,8 +339,11 @@ def make_plan(counts: PlanCounts, num_shards: Optional[int], shard_size_mb: Opti
   (delta_groups); base shards never grow, so there is no rebalance."""
   by_split: Dict[str, Dict[int, Counts]] = {}
   below: Dict[str, Dict[int, Counts]] = {}
+  changes: Dict[str, Dict[Tuple[str, int], int]] = {}
   for (split, p), c in counts.items():
-    if p <= BOUND_KEY_BASE:
+    if isinstance(p, tuple):  # (DIRTY, file) or (ADDED, range)
+      changes.setdefault(split, {})[tuple(p)] = c[0]
+    elif p <= BOUND_KEY_BASE:
       below.setdefault(split, {})[BOUND_KEY_BASE - p] = tuple(c)
     else:
       by_split.setdefault(split, {})[p] = tuple(c)
@@ -355,12 +362,14 @@ def make_plan(counts: PlanCounts, num_shards: Optional[int], shard_size_mb: Opti
     if append:
       old = before.segments_or_base()
       ranges = len(before.bounds) + 1
-      new = delta_groups(ranges, kept[split].count - before.images,
-                         delta_target(before.planned))
+      found = changes.get(split, {})
+      added = [found.get((ADDED, r), 0) for r in range(ranges)]
+      new = delta_groups(added, delta_target(before.planned))
       # a delta shard stays one until a full version: compaction counts them all
       deltas = before.deltas or (False,) * len(old)
-      segments = tuple(Segment(a, b, i, deltas[i]) for i, (a, b) in enumerate(old)) + tuple(
-          Segment(a, b, delta=True) for a, b in new)
+      segments = tuple(Segment(a, b, i, deltas[i], found.get((DIRTY, i), 0))
+                       for i, (a, b) in enumerate(old)) + tuple(
+          Segment(a, b, delta=True, changes=sum(added[a:b])) for a, b in new)
       kept[split] = dataclasses.replace(kept[split], segments=segments,
                                         num_shards=len(segments), records=())
       continue

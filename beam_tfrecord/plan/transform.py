@@ -18,7 +18,8 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_tfrecord.storage import progress
-from beam_tfrecord.plan import naming, runs, shard_plan
+from beam_tfrecord.plan import compare, naming, runs, shard_plan
+from beam_tfrecord.plan.previous import Previous
 from beam_tfrecord.records import packed
 from beam_tfrecord.storage import paths
 from beam_tfrecord.storage.processes import InOrder, Pool
@@ -78,14 +79,19 @@ class _SortRuns(beam.DoFn):
   sorted, one per file and split (shard_plan.sort_partition), written as one run per split
   into `directory` (runs.sort_run). Memory: `span` partitions. With `processes` > 1 (the
   in-process runner, which runs this step on one thread), the spilled runs of a bundle are
-  sorted by worker processes (storage/processes), their counts given in the runs' order."""
+  sorted by worker processes (storage/processes), their counts given in the runs' order.
+  With `earlier` (--append: {split: (bounds, EarlierFiles)} of the earlier version), the
+  side inputs label_map and checks (compare.FileCheck) say what the runs compare with;
+  unchanged images keep their records only while the label map is `label_map_before`."""
 
-  def __init__(self, directory: str, from_files: bool,
-               bounds: Optional[Dict[str, Tuple[shard_plan.Bound, ...]]] = None,
-               processes: int = 1):
-    self.directory, self.from_files = directory, from_files
-    self.bounds = bounds or {}  # --append: the earlier version's bounds, by split
+  def __init__(self, directory: str, from_files: bool, span: int = 1,
+               earlier: Optional[Dict[str, Tuple]] = None,
+               label_map_before: Optional[Dict[str, int]] = None, processes: int = 1):
+    self.directory, self.from_files, self.span = directory, from_files, span
+    self.earlier = earlier or {}
+    self.label_map_before = label_map_before
     self.processes = processes if from_files else 1
+    self._contexts = None  # the side inputs' values are the same in every bundle
 
   def setup(self):
     self._pool = None
@@ -93,12 +99,23 @@ class _SortRuns(beam.DoFn):
   def start_bundle(self):
     self._pending = InOrder()
 
-  def process(self, element):
+  def _compare_with(self, label_map, checks) -> Dict[str, compare.CompareSplit]:
+    if self._contexts is None:
+      reuse = label_map is not None and self.label_map_before is not None and \
+          dict(label_map) == self.label_map_before
+      found = compare.checks_by_split(checks or ())
+      self._contexts = {split: compare.CompareSplit(bounds, files, found.get(split, {}), reuse)
+                        for split, (bounds, files) in self.earlier.items()}
+    return self._contexts
+
+  def process(self, element, label_map=None, checks=()):
     run, items = element
+    items = [i for i in items if i is not None]  # --append: every run comes (_every_run)
+    earlier = self._compare_with(label_map, checks)
     if not self.from_files:
-      yield from self._outputs(runs.sort_run(self.directory, run, list(items), self.bounds))
+      yield from self._outputs(runs.sort_run(self.directory, run, items, earlier, self.span))
       return
-    task = runs.SpilledRun(self.directory, run, tuple(sorted(items)), self.bounds)
+    task = runs.SpilledRun(self.directory, run, tuple(sorted(items)), earlier, self.span)
     if self.processes <= 1:  # nothing is ever pending then
       yield from self._outputs(runs.sort_spilled_run(task))
       return
@@ -145,36 +162,101 @@ class SortRuns(beam.PTransform):
   are gathered through files there, which keeps a local run's memory flat (the in-process
   runner holds a grouped PCollection whole); otherwise by a GroupByKey, the runner's shuffle.
   Largest element: one partition, about N / 1024 images; with the spill, a run file holds
-  shard_plan.LOCAL_RUN_SPAN partitions (N / 64: local runs only). With `previous` (an earlier
-  plan, --append), the counts also say, for each of its bounds, how many images of the
-  bound's partition sort before it (O(shards) more counts).
+  shard_plan.LOCAL_RUN_SPAN partitions (N / 64: local runs only).
+
+  With `previous` (the earlier version, --append) and the side inputs `label_map` and
+  `checks` (CheckEarlierFiles), its splits' runs are compared with its catalog
+  (plan/compare): they hold only what changed, every run is sorted (a run with no image may
+  hold removed rows), and the counts also say, for each earlier bound, how many images of its
+  partition sort before it, and what changed per earlier file and base range (O(shards)).
   """
 
   def __init__(self, directory: str, spill_directory: Optional[str] = None,
-               previous: Optional[Dict[str, shard_plan.PreviousSplit]] = None,
-               processes: int = 1):
+               previous: Optional[Previous] = None, processes: int = 1,
+               label_map=None, checks=None, reuse: bool = True):
     super().__init__()
+    self.reuse = reuse  # False: the settings that shape records changed (every image anew)
     self.directory, self.spill_directory = directory, spill_directory
     self.processes = processes  # worker processes that sort spilled runs (_SortRuns)
     self.span = shard_plan.LOCAL_RUN_SPAN if spill_directory else 1
-    self.bounds = {split: p.bounds for split, p in (previous or {}).items()}
+    self.previous = previous
+    self.side_inputs = (label_map, checks) if previous is not None else ()
 
   def expand(self, images):
     if self.spill_directory:
-      grouped = (images
-                 | "Spill" >> beam.ParDo(_SpillPartitions(self.spill_directory, self.span))
-                 | "GroupSpills" >> beam.GroupByKey())
+      keyed = images | "Spill" >> beam.ParDo(_SpillPartitions(self.spill_directory, self.span))
     else:
-      grouped = (images
-                 | "ByPartition" >> beam.FlatMap(
-                     lambda batch: [(shard_plan.partition_of(p[packed.HASH]), p)
-                                    for p in batch])
-                 | "GroupByPartition" >> beam.GroupByKey())
+      keyed = images | "ByPartition" >> beam.FlatMap(
+          lambda batch: [(shard_plan.partition_of(p[packed.HASH]), p) for p in batch])
+    earlier = None
+    if self.previous is not None:  # every run, so that removed rows are found everywhere
+      every = images.pipeline | "EveryRun" >> beam.Create(
+          [(run, None) for run in range(shard_plan.PARTITIONS // self.span)])
+      keyed = (keyed, every) | "AndEveryRun" >> beam.Flatten()
+      earlier = {split: (p.bounds, self.previous.earlier_files(split))
+                 for split, p in self.previous.splits.items()}
+    grouped = keyed | ("GroupSpills" if self.spill_directory else "GroupByPartition") >> \
+        beam.GroupByKey()
     sorted_ = grouped | "Sort" >> beam.ParDo(
-        _SortRuns(self.directory, bool(self.spill_directory), self.bounds,
-                  self.processes)).with_outputs(
-            "errors", main="counts")
+        _SortRuns(self.directory, bool(self.spill_directory), self.span, earlier,
+                  self.previous.label_map if self.previous is not None and self.reuse
+                  else None, self.processes), *self.side_inputs).with_outputs("errors", main="counts")
     return sorted_.counts, sorted_.errors
+
+
+class CheckEarlierFiles(beam.PTransform):
+  """root -> (PCollection[compare.FileCheck], PCollection[ErrorRecord]): each shard file of
+  the earlier version (--append) and its catalog partition checked once (compare.check_file).
+  Spread over workers one file an element; on the in-process runner (`processes` > 1: it runs
+  a step on one thread) all files in one element, checked by worker processes. Largest
+  element: the list of files, O(shards), or one file's check (its damaged rows, at most
+  compare.MAX_BAD_ROWS); memory: one catalog partition a worker."""
+
+  def __init__(self, previous: Previous, processes: int = 1):
+    super().__init__()
+    self.previous, self.processes = previous, processes
+
+  def expand(self, root):
+    files = [(split, f) for split in sorted(self.previous.splits)
+             for f in self.previous.earlier_files(split)]
+    if self.processes > 1:
+      tasks = root | "EarlierFiles" >> beam.Create([files])
+    else:
+      tasks = (root
+               | "EarlierFiles" >> beam.Create([[f] for f in files])
+               | "Spread" >> beam.Reshuffle())
+    checked = tasks | "Check" >> beam.ParDo(_CheckFiles(self.processes)).with_outputs(
+        "errors", main="checks")
+    return checked.checks, checked.errors
+
+
+# earlier files of this many rows in all are checked by worker processes when the runner
+# offers them (each may need every record's range read: ~10 us a row); fewer, here
+POOL_MIN_CHECK_ROWS = 20_000
+
+
+class _CheckFiles(beam.DoFn):
+  """[(split, compare.EarlierFile)] -> their compare.FileChecks, and ErrorRecords
+  ('errors'); with `processes` > 1 checked by that many worker processes."""
+
+  def __init__(self, processes: int):
+    self.processes = processes
+
+  def process(self, files):
+    if self.processes > 1 and len(files) > 1 and \
+        sum(max(f.rows, 0) for _, f in files) >= POOL_MIN_CHECK_ROWS:
+      pool = Pool(min(self.processes, len(files)), "beam_tfrecord.plan.compare:check_task",
+                  what=lambda t: f"the check of {t[1].shard}")
+      try:
+        results = [future.result() for future in [pool.submit(f) for f in files]]
+      finally:
+        pool.shutdown()
+    else:
+      results = [compare.check_task(f) for f in files]
+    for check, errors in results:
+      yield check
+      for error in errors:
+        yield beam.pvalue.TaggedOutput("errors", error)
 
 
 class _PlanFn(beam.CombineFn):

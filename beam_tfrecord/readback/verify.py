@@ -215,7 +215,7 @@ def check_indexes(output: str, manifest, present, skip=()) -> List[str]:
   next run trusts none of this (it checks every range it copies); verify says where a
   partition went wrong. Names in `skip` (links, directories: reported already) are not
   read."""
-  from beam_tfrecord.write import catalog
+  from beam_tfrecord.storage import catalog
   problems: List[str] = []
   for split, plan in (manifest.shard_plan or {}).items():
     names = plan.get("indexes") if isinstance(plan, dict) else None

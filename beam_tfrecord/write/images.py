@@ -20,7 +20,6 @@ Pillow opens lazily, so `probe` reads only the header.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import re
 import struct

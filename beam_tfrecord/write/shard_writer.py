@@ -12,25 +12,20 @@ encoder only (0.4 s), where `import apache_beam` alone took 3.8 s on this machin
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
-import itertools
 import marshal
 import os
-import stat
 import uuid
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from beam_tfrecord.storage import progress
-from beam_tfrecord.plan import naming, runs
+from beam_tfrecord.plan import compare, naming, runs
 from beam_tfrecord.records import batches, packed
 from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.records.tfrecord import framing
-from beam_tfrecord.storage import paths, processes
+from beam_tfrecord.storage import catalog, paths, processes, progress
 from beam_tfrecord.storage.layout import kill_point
 from beam_tfrecord.storage.prefetch import prefetch
 from beam_tfrecord.write import contents as content_digests
-from beam_tfrecord.write import catalog
+from beam_tfrecord.write import segments
 from beam_tfrecord.write.encode import (Converted, EncodeOptions, convert,
                                         fetch_image)
 
@@ -100,17 +95,14 @@ class ShardTask:
   read_ahead: int = 0              # read-ahead threads; 0: by where the images are
   remote_images: bool = False
   index: bool = False              # write the shard's catalog partition (catalog.py)
-  # this shard in the earlier version: (its file, its catalog partition)
-  previous: Optional[Tuple[str, str]] = None
-  reuse: bool = False              # copy unchanged images' records from `previous`
-  # --append (write/transform.segment_task): the base ranges this shard covers; `members`:
-  # only the images `previous`'s partition lists; `exclude`: only images none of these list
+  # --append (write/transform.segment_task; write/segments.py): the base ranges this shard
+  # covers, and the earlier file it is (None: a new delta shard) with its check
   segment: Optional[Tuple[int, int]] = None
-  members: bool = False
-  exclude: Optional[Tuple[Tuple[str, str, int], ...]] = None  # (partition, its digest, rows)
-  delta: bool = False              # --append: this file is (or stays) a delta shard
-  # `previous`'s file stamp, catalog partition digest and rows as its version recorded them
-  recorded: Tuple[str, str, int] = ("", "", -1)
+  delta: bool = False              # this file is (or stays) a delta shard
+  earlier: Optional[compare.EarlierFile] = None
+  check: Optional[compare.FileCheck] = None
+  changes: int = 0                 # the changes it takes from `change_runs` (plan/compare)
+  change_runs: List[str] = dataclasses.field(default_factory=list)
   # local runners: content digests spilled here (contents.Collected), not returned
   contents_directory: Optional[str] = None
 
@@ -155,7 +147,9 @@ def write_shard(task: ShardTask) -> ShardResult:
   two attempts at once write two partial files (the name is the attempt's), and either
   rename leaves the same shard. Bad images become errors; only I/O failures of the shard file
   raise."""
-  if task.index or task.previous or task.segment is not None:
+  if task.segment is not None:
+    return write_segment(task)
+  if task.index:
     return write_indexed_shard(task)
   split, shard, num_shards = task.split, task.shard, task.num_shards
   name = naming.shard_name(split, shard, num_shards)
@@ -230,174 +224,71 @@ def _add_entry(stats: Dict, entry: catalog.Entry) -> None:
     stats["classes"][label] = stats["classes"].get(label, 0) + 1
 
 
-def _identities(indexes: Sequence[Tuple[str, str, int]]) -> Set[int]:
-  """64-bit digests of the images the earlier shards' partitions list (a new delta shard
-  leaves them out; at most shard_plan.MAX_DELTA_SCAN_IMAGES of them). A partition refused
-  lists none, as it does for the writer of its own shard: both decide from the same bytes,
-  so every image has exactly one shard. (Two digests that collide would leave an added image
-  out: the run's counts then differ from the plan's and --append makes a full version.)"""
-  found: Set[int] = set()
-  for uri, recorded, rows in indexes:
-    for entry in catalog.read_checked(uri, recorded, rows)[0] or ():
-      found.add(_identity_digest(entry.identity))
-  return found
-
-
-def _identity_digest(identity: catalog.Identity) -> int:
-  return int.from_bytes(hashlib.blake2b(
-      "\0".join(identity).encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
-
-
-def _kept_file_ok(uri: str, old: Sequence[catalog.Entry], recorded: str = "") -> bool:
-  """The earlier shard may be kept as it is: a regular file (not a link) whose size is where
-  its catalog's last record ends and, locally, whose stamp is the one its version recorded
-  (catalog.file_stamp). Then its records are not read (that would cost what keeping saves).
-  A version's file whose stamp differs (written into: hard links are read-only, but not to
-  root; or only linked again) or was never recorded is kept only if every record its
-  catalog lists checks out (catalog.checked_range: framing, CRCs, digest); otherwise the
-  writer copies the ranges that check and encodes the others again."""
-  end = max((e.offset + e.length for e in old), default=0)
-  try:
-    if paths.is_remote(uri):  # an object is never changed in place (a new generation)
-      return _size(uri) == end
-    st = os.lstat(uri)
-  except OSError:
-    return False
-  if not stat.S_ISREG(st.st_mode) or st.st_size != end:
-    return False
-  if recorded and catalog.file_stamp(uri) == recorded:
-    return True
-  try:
-    with catalog.open_earlier(uri) as f:
-      return all(catalog.checked_range(f, e) is not None for e in old if e.length)
-  except OSError:
-    return False
-
-
 def write_indexed_shard(task: ShardTask) -> ShardResult:
-  """write_shard with the shard's catalog partition (--append), and with an earlier
-  version's shard to compare with (`previous`, `reuse`).
+  """write_shard with the shard's catalog partition (a first or full version of --append):
+  each image's stamp (catalog.stamp: no image read) and annotation digest are taken as it
+  is written, in one read of the runs."""
+  name = naming.shard_name(task.split, task.shard, task.num_shards)
+  stats = new_stats(task.split, task.shard, name)
+  items = ((ann, dg, None) for ann, dg in _with_digests(
+      runs.select(task.runs, task.lo, task.hi, task.by_records)))
+  return write_catalogued(task, stats, [], items)
 
-  Pass 1 reads the shard's annotations from the runs for each image's identity, stamp (no
-  image read: catalog.stamp) and annotation digest, O(images of the shard) small tuples.
-  With --append, a segment of an earlier shard file takes only the images its catalog
-  partition lists (`members`), a new delta shard only those no earlier partition lists
-  (`exclude`). When every image and its order equal the earlier partition's, the shard is
-  kept: nothing is written, its stats and errors come from the partition and `kept_from`
-  names the earlier file (the finalize step links or copies it). Otherwise pass 2 writes the
-  shard: unchanged images' record bytes copied from the earlier file (each range checked:
-  catalog.checked_range), the others read and encoded. Either way each image's records are
-  those a full run writes."""
-  split, shard, num_shards = task.split, task.shard, task.num_shards
-  name = naming.shard_name(split, shard, num_shards)
-  index_name = catalog.index_name(split, shard, num_shards)
-  stats = new_stats(split, shard, name)
-  if task.segment is not None:
-    stats["segment"] = list(task.segment)
-    stats["delta"], stats["new"] = task.delta, not task.members
-  errors: List[ErrorRecord] = []
-  old, old_digest = (catalog.read_checked(task.previous[1], *task.recorded[1:])
-                     if task.previous else (None, ""))
-  if task.previous and old is None:  # its images are encoded again: say so (--append counts it)
-    errors.append(ErrorRecord(
-        source=task.previous[1], stage="write", reason="earlier_index_damaged", key=name,
-        level="warning", message=f"the catalog partition {task.previous[1]} cannot be read "
-        "or is not the one its version recorded; its shard's images are encoded again"))
-  old_by_id = catalog.by_identity(old) if old is not None else {}
-  if task.members:  # an earlier shard file: its own images only
-    wanted = lambda identity: identity in old_by_id  # noqa: E731
-  elif task.exclude is not None:  # a new delta shard: images no earlier shard holds
-    held = _identities(task.exclude)
-    wanted = lambda identity: _identity_digest(identity) not in held  # noqa: E731
+
+def write_segment(task: ShardTask) -> ShardResult:
+  """--append: one segment of a kept split (write/segments.py): no file, the earlier file
+  kept whole, or a file written from its changes."""
+  name = naming.shard_name(task.split, task.shard, task.num_shards)
+  stats = new_stats(task.split, task.shard, name)
+  outcome = segments.segment(task, stats)
+  if outcome.kind == "write":
+    return write_catalogued(task, stats, [], outcome.items, outcome.earlier)
+  if outcome.kind == "kept":
+    stats["bytes"] = _size(task.earlier.shard)
   else:
-    wanted = lambda identity: True  # noqa: E731
-  selected = lambda: ((a, dg) for a, dg in _with_digests(runs.select(  # noqa: E731
-      task.runs, task.lo, task.hi, task.by_records)) if wanted((a.key, a.uri)))
-  # nothing to compare with and every image its own (a first or full version): each image's
-  # stamp and digest are taken as it is written, in one read of the runs
-  one_pass = old is None and task.segment is None
-  infos, sources = [], []
-  for a, dg in () if one_pass else selected():
-    infos.append((a.key, a.uri, catalog.stamp(a.uri), dg))
-    sources.append(a.source)
-  stats["index"] = index_name
-  if infos:
-    first = infos[0]
-    stats["first"] = [packed.identity_hash(first[0]), first[0], first[1]]
-  if old is not None:
-    new_ids = {(k, u) for k, u, _, _ in infos}
-    stats["removed"] = sum(1 for i in old_by_id if i not in new_ids)
-    for k, u, st, dg in infos:
-      before = old_by_id.get((k, u))
-      kind = "added" if before is None else "unchanged" if before.same_as(st, dg) else "changed"
-      stats[kind] += 1
-  elif task.exclude is not None:
-    stats["added"] = len(infos)
-  if task.segment is not None and not infos:  # nothing of its own left: no file
     stats["empty"] = True
-    _named(task, stats, name)
-    return ShardResult(stats, errors)
-  reuse = task.reuse and old is not None
-  # kept whole only if its partition would not change either: the errors it lists name the
-  # annotation files the images come from now
-  if reuse and len(old) == len(infos) and all(
-      e.identity == (k, u) and e.same_as(st, dg) and
-      all(dict(fields)["source"] == source for fields in e.errors)
-      for e, (k, u, st, dg), source in zip(old, infos, sources)) and \
-      _kept_file_ok(task.previous[0], old, task.recorded[0]):
-    for entry, source in zip(old, sources):
-      _add_entry(stats, entry)
-      errors.extend(entry.error_records(source))
-    found = _indexed_contents(task, old)
-    stats["reused"] = stats["images"] + stats["rejected"]
-    stats["bytes"] = _size(task.previous[0])
-    stats["kept_from"], stats["kept_index"] = task.previous
-    stats["index_digest"] = old_digest
-    _named(task, stats, name)
-    return ShardResult(stats, errors, found.items, found.spilled())
+  _named(task, stats, name)
+  found = outcome.found
+  return ShardResult(stats, list(outcome.errors), found.items if found else [],
+                     found.spilled() if found else [])
 
+
+def write_catalogued(task: ShardTask, stats: Dict, errors: List[ErrorRecord],
+                     items: Iterable[Tuple], earlier: Optional[str] = None) -> ShardResult:
+  """Write the shard and its catalog partition from `items`, in shard order: (annotation, its
+  digest, None) of an image to read and encode, or (None, None, catalog.Entry) of an image
+  of the `earlier` shard file whose records are copied (each range checked:
+  catalog.checked_range; they passed their check before the run sorted, so one that fails
+  now changed during the run, which fails it). Each image's records are those a full run
+  writes; ShardResult.entries are the partition's rows."""
+  name = naming.shard_name(task.split, task.shard, task.num_shards)
+  index_name = catalog.index_name(task.split, task.shard, task.num_shards)
+  stats["index"] = index_name
   final = paths.child(task.staging, name)  # child: checked where it is written
   partial = paths.child(task.staging, f".part-{uuid.uuid4().hex}-{name}")
   done = progress.ShardCounter(task.staging, name)
-  reusable = [reuse and (k, u) in old_by_id and old_by_id[(k, u)].same_as(st, dg)
-              for k, u, st, dg in infos]
   limit = task.options.max_image_bytes
   workers = task.read_ahead or (REMOTE_READ_AHEAD if task.remote_images else LOCAL_READ_AHEAD)
-  flags = itertools.repeat(False) if one_pass else iter(reusable)
-  taken = iter(infos)
   ahead = prefetch(
-      ((a, next(flags), dg) for a, dg in selected()),
-      lambda item: (b"", "") if item[1] else fetch_image(item[0], task.options),
-      lambda item: 0 if item[1] else min(item[0].size_bytes or 0, limit), workers,
+      items, lambda item: (b"", "") if item[2] else fetch_image(item[0], task.options),
+      lambda item: 0 if item[2] else min(item[0].size_bytes or 0, limit), workers,
       READ_AHEAD_BYTES)
   entries: List[catalog.Entry] = []
-  earlier = None
-  damaged = 0
+  source = None
   offset = 0
   try:
     with _create(partial) as f:
-      for ((ann, copy, dg), fetched) in ahead:
-        key, uri, st, dg = (ann.key, ann.uri, catalog.stamp(ann.uri), dg) \
-            if one_pass else next(taken)
+      for (ann, dg, kept), fetched in ahead:
         done.tick()
-        data = None
-        if copy:
-          if earlier is None:
-            try:
-              earlier = catalog.open_earlier(task.previous[0])
-            except OSError:
-              earlier = False
-          if earlier:
-            data = catalog.checked_range(earlier, old_by_id[(key, uri)])
-          if data is None:  # not what its catalog says: encoded again
-            damaged += 1
-            fetched = functools.partial(fetch_image, ann, task.options)
-        if data is not None:
+        if kept is not None:
+          if source is None:
+            source = catalog.open_earlier(earlier)
+          data = catalog.checked_range(source, kept) if kept.length else b""
+          if data is None:
+            raise RuntimeError(f"the records of {kept.uri} in {earlier} changed during the run")
           f.write(data)
-          entry = old_by_id[(key, uri)]
-          entry_errors = entry.error_records(ann.source)
-          entry = dataclasses.replace(entry, offset=offset,
-                                      errors=catalog.errors_of(entry_errors))
+          entry = dataclasses.replace(kept, offset=offset)
+          entry_errors = entry.error_records()
           stats["reused"] += 1
         else:
           tapped = content_digests.Tapped(fetched)
@@ -410,13 +301,13 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
           for part in framed:
             f.write(part)
           entry = catalog.Entry(
-              key=key, uri=uri, stamp=st, digest=dg, offset=offset,
+              key=ann.key, uri=ann.uri, stamp=catalog.stamp(ann.uri), digest=dg, offset=offset,
               length=sum(len(part) for part in framed),
               records=len(result.records or ()), objects=len(result.labels or ()),
               clipped=result.clipped, reoriented=int(result.reoriented),
               labels=tuple(result.labels or ()), errors=catalog.errors_of(result.errors),
               rejected=result.records is None,
-              sha=catalog.record_digest(key, uri, frames),
+              sha=catalog.record_digest(ann.key, ann.uri, frames),
               content=(tapped.digest or "") if result.records is not None else "")
           entry_errors = list(result.errors)
         offset += entry.length
@@ -424,16 +315,9 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
         errors.extend(entry_errors)
         entries.append(entry)
   finally:
-    if earlier:
-      earlier.close()
-  if damaged:
-    stats["damaged"] = damaged
-    errors.append(ErrorRecord(
-        source=task.previous[0], stage="write", reason="earlier_shard_damaged",
-        key=name, level="warning",
-        message=f"{damaged} image(s) of the earlier shard {task.previous[0]} were not what "
-        "its catalog says (framing, CRC or digest); they were encoded again"))
-  if one_pass and entries:
+    if source is not None:
+      source.close()
+  if entries:  # where the shard begins: the manifest's shard_plan
     stats["first"] = [packed.identity_hash(entries[0].key), entries[0].key, entries[0].uri]
   found = _indexed_contents(task, entries)
   stats["index_digest"] = _write_index(task.staging, index_name, entries)

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Iterable, Optional
+from typing import Dict, Iterable, Optional
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from beam_tfrecord.plan import naming, runs
+from beam_tfrecord.plan import compare, naming, runs
 from beam_tfrecord.plan.previous import Previous
 from beam_tfrecord.plan.shard_plan import ShardPlan
 from beam_tfrecord.plan.transform import in_global_window
@@ -38,37 +38,32 @@ from beam_tfrecord.write.shard_writer import (ShardResult, ShardTask,
 
 @dataclasses.dataclass(frozen=True)
 class Indexing:
-  """--append: write each shard's catalog partition (`index`); compare each shard with the
-  earlier version's (`previous`, for the splits whose plan it kept) and copy unchanged
-  images' records from it (`reuse`: the settings that shape records are the same, and so is
-  the label map, checked here once it is known)."""
+  """Write each shard's catalog partition (`index`: --append); with `previous` (the earlier
+  version, --append), the splits whose plan it kept are written as the plan's segments
+  (shard_plan.Segment; write/segments.py)."""
   index: bool = False
   previous: Optional[Previous] = None
-  reuse: bool = False
-  append: bool = False  # --append: shards are the plan's segments (shard_plan.Segment)
 
 
-def segment_task(task: ShardTask, segments, shard: int, previous: Previous,
-                 reuse: bool) -> None:
-  """--append: what the writer of segment `shard` compares with. An earlier shard file: its
-  index says which images are its own (`members`). A new delta shard: the images of its
-  ranges that no earlier shard's index lists (`exclude`: those indexes, with the digests
-  their version recorded)."""
-  segment = segments[shard]
+def segment_task(task: ShardTask, split_plan, shard: int, previous: Previous,
+                 checks: Dict, runs_directory: str) -> None:
+  """--append: what the writer of segment `shard` of a split takes: the earlier file it is,
+  with that file's check, or none (a new delta shard), and the sorted runs whose changes
+  may be its own (those of the partitions its base ranges meet: plan/compare)."""
+  segment = split_plan.segments[shard]
   task.segment = (segment.first, segment.end)
   task.delta = segment.delta
-  task.reuse = reuse
+  task.changes = segment.changes
+  bounds = previous.splits[task.split].bounds
   if segment.previous >= 0:
-    task.previous = previous.shard(task.split, segment.previous)
-    task.recorded = previous.recorded(task.split, segment.previous)
-    task.members = True
-    if task.previous is None:  # no index to say which images are its own: none are
-      task.exclude = ()
-    return
-  task.exclude = tuple(
-      (uri, *previous.recorded(task.split, s.previous)[1:]) for s in segments
-      if s.previous >= 0 and s.first < segment.end and segment.first < s.end
-      for uri in [(previous.shard(task.split, s.previous) or ("", ""))[1]] if uri)
+    task.earlier = previous.earlier_files(task.split)[segment.previous]
+    task.check = checks.get((task.split, segment.previous))
+    span = task.earlier.span
+  else:
+    span = compare.span_of(bounds, segment.first, segment.end)
+  first, last = compare.partitions_of(span)
+  task.change_runs = [paths.child(runs_directory, runs.changes_name(task.split, run))
+                      for run in range(first // split_plan.span, last // split_plan.span + 1)]
 
 
 class _WriteShard(beam.DoFn):
@@ -101,13 +96,14 @@ class _WriteShard(beam.DoFn):
 
   def start_bundle(self):
     self._pending, self._decided = InOrder(), False
+    self._checks = None
 
-  def process(self, element, label_map, plan: ShardPlan):
+  def process(self, element, label_map, plan: ShardPlan, checks=()):
     if isinstance(element, list):  # every shard in one element: one bundle, one pool
       for task in element:
-        yield from self.process(task, label_map, plan)
+        yield from self.process(task, label_map, plan, checks)
       return
-    task = self.task_of(*element, label_map, plan)
+    task = self.task_of(*element, label_map, plan, checks)
     local = not paths.is_remote(self.staging) and not self.remote_images
     if not self._decided:  # once per bundle, from the whole plan
       self._decided = True
@@ -128,7 +124,8 @@ class _WriteShard(beam.DoFn):
       # end holds its stats and errors until then
       yield from self._written(wait=False)
 
-  def task_of(self, split: str, shard: int, label_map, plan: ShardPlan) -> ShardTask:
+  def task_of(self, split: str, shard: int, label_map, plan: ShardPlan,
+              checks=()) -> ShardTask:
     """The ShardTask of (split, shard): its range of the plan's runs, and with indexing what
     it compares with. The same every time it is made, so every attempt writes the same shard."""
     split_plan = plan.splits[split]
@@ -139,14 +136,10 @@ class _WriteShard(beam.DoFn):
                      remote_images=self.remote_images, index=self.indexing.index,
                      contents_directory=self.contents_directory)
     previous = self.indexing.previous
-    if previous is not None and split in plan.previous:  # the plan kept the earlier bounds
-      reuse = self.indexing.reuse and dict(label_map) == previous.label_map
-      if split_plan.segments:
-        segment_task(task, split_plan.segments, shard, previous, reuse)
-      else:
-        task.previous = previous.shard(split, shard)
-        task.recorded = previous.recorded(split, shard)
-        task.reuse = reuse
+    if previous is not None and split_plan.segments:  # the plan kept the earlier bounds
+      if self._checks is None:
+        self._checks = {(c.split, c.index): c for c in checks}
+      segment_task(task, split_plan, shard, previous, self._checks, self.runs)
     return task
 
   def _written(self, wait: bool):
@@ -189,8 +182,10 @@ class WriteShards(beam.PTransform):
   `spread` False), which hands them to writer processes instead.
   A stats entry's `path` is the name from `template`, `staged` the staging name if different.
   With `indexing` (--append) each shard also gets its catalog partition
-  (write/catalog.py) and may be kept from the earlier output (stats `kept_from`: the
-  finalize step links it) or rewritten copying unchanged images' records.
+  (storage/catalog.py); with its `previous`, a kept split's shards are the plan's segments:
+  earlier files kept whole (stats `kept_from`: the finalize step links them) or rewritten
+  with their changes, and new delta shards (write/segments.py), given the side input
+  `checks` (plan/transform.CheckEarlierFiles).
   `self.contents`: lists of (hex SHA-256, split, key, uri), one per image written from its
   bytes, a shard's in batches of at most contents.BATCH (write/leakage.FindCopies); with
   `contents_directory` (local disk every worker shares: local runners) the writers spill them
@@ -202,9 +197,10 @@ class WriteShards(beam.PTransform):
                options: EncodeOptions, template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE,
                processes: int = 1, min_images: int = 0, remote_images: bool = False,
                spread: bool = True, indexing: Indexing = Indexing(),
-               contents_directory: Optional[str] = None):
+               contents_directory: Optional[str] = None, checks=None):
     super().__init__()
     self.indexing = indexing
+    self.checks = checks  # --append: AsList of the earlier files' compare.FileCheck
     self.contents_directory = contents_directory
     self.staging, self.runs = staging, runs_directory
     self.label_map, self.plan = label_map, plan
@@ -225,7 +221,9 @@ class WriteShards(beam.PTransform):
                    self.staging, self.runs, self.options, self.template, self.processes,
                    self.min_images, self.remote_images, self.indexing,
                    self.contents_directory),
-                                       self.label_map, self.plan).with_outputs(
+                                       self.label_map, self.plan,
+                                       *([self.checks] if self.checks is not None else [])
+                                       ).with_outputs(
                                            "errors", "contents", main="stats"))
     self.contents = written.contents
     return written.stats, written.errors

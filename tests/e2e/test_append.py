@@ -108,7 +108,7 @@ def test_a_damaged_earlier_version_costs_work_not_a_wrong_record(tmp_path):
       columns["offset"][1], columns["length"][1] = columns["offset"][2], columns["length"][2]
     _edit_catalog(indexes[0], moved)
     import pyarrow as pa
-    from beam_tfrecord.write import catalog
+    from beam_tfrecord.storage import catalog
     floats = pa.schema([f if f.name != "offset" else pa.field("offset", pa.float64())
                         for f in catalog.SCHEMA])
     _edit_catalog(indexes[1], lambda columns: None, schema=floats)

@@ -1,5 +1,5 @@
 """An append's plan maths (plan/shard_plan.py bounds, plan/previous.py) and the catalog
-(write/catalog.py), without Beam: an image's shard is where its identity falls between
+(storage/catalog.py), without Beam: an image's shard is where its identity falls between
 the earlier bounds, whatever was added or removed; a plan made from its own bounds is the plan."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from beam_tfrecord.plan.shard_plan import (PreviousSplit, bound_of, counts_below
                                            make_plan, partition_of, sizes_of, sort_partition)
 from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
-from beam_tfrecord.write import catalog
+from beam_tfrecord.storage import catalog
 from beam_tfrecord.records.tfrecord import framing, framings
 
 
@@ -123,8 +123,12 @@ def test_manifest_plan_round_trip_and_refusals(tmp_path):
   assert earlier.splits["train"].bounds == tuple(bound_of(order[s])
                                                  for s in plan.splits["train"].starts[1:])
   assert earlier.splits["train"].planned == tuple(sizes_of(plan.splits["train"]))
-  assert earlier.shard("train", 1) == (str(tmp_path / "train-00001-of-00003.tfrecord"),
-                                       str(tmp_path / "catalog-train-00001-of-00003.parquet"))
+  second = earlier.earlier_files("train")[1]
+  assert (second.shard, second.catalog) == (
+      str(tmp_path / "train-00001-of-00003.tfrecord"),
+      str(tmp_path / "catalog-train-00001-of-00003.parquet"))
+  assert second.span == (bound_of(order[plan.splits["train"].starts[1]])[0],
+                         bound_of(order[plan.splits["train"].starts[2]])[0])
   bad = dict(manifest, splits={"train": {"images": 10, "shards": [
       {"path": "../x.tfrecord"}, {"path": "b"}, {"path": "c"}]}})
   with pytest.raises(UsageError, match="no usable shard plan"):

@@ -30,7 +30,8 @@ from beam_tfrecord.plan import naming, shard_plan
 from beam_tfrecord.plan.transform import _PlanFn, _SortRuns
 from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import Box, ImageAnnotation, ObjectAnnotation
-from beam_tfrecord.write import catalog, shard_writer
+from beam_tfrecord.storage import catalog
+from beam_tfrecord.write import shard_writer
 from beam_tfrecord.write.encode import EncodeOptions
 from beam_tfrecord.write.transform import Indexing, _WriteShard
 

@@ -1,4 +1,4 @@
-"""write/catalog.py: a partition is the entries as one Parquet table, read back as the same
+"""storage/catalog.py: a partition is the entries as one Parquet table, read back as the same
 entries, and anything else in its place is refused (None), never trusted."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from beam_tfrecord.records.model import ErrorRecord
-from beam_tfrecord.write import catalog
+from beam_tfrecord.storage import catalog
 
 
 def _entries():
@@ -22,7 +22,8 @@ def _entries():
                         rejected=False, sha="cd" * 16, content="ef" * 32)
   rejected = catalog.Entry(key="b.jpg", uri="/d/b.jpg", stamp="", digest="12" * 16,
                            offset=106, rejected=True)
-  return [entry, rejected]
+  # a partition's rows are in shard order (by hash): that order, whichever it is
+  return sorted([entry, rejected], key=lambda e: catalog.identity_hash(e.key))
 
 
 def test_a_partition_reads_back_as_its_entries_and_the_same_entries_give_the_same_bytes():
@@ -63,6 +64,8 @@ def _set(name, value, row=0):
                                                _set("length", 10, row=1)(c))),
                  id="overlapping-records"),
     pytest.param(lambda: _rewritten(_set("errors", '{"not": "a list"}')), id="bad-errors"),
+    pytest.param(lambda: _rewritten(lambda c: [c[n].reverse() for n in c]),
+                 id="rows-out-of-shard-order"),
 ])
 def test_anything_but_a_partition_this_tool_writes_is_refused(data):
   with pytest.raises(ValueError):
@@ -112,3 +115,15 @@ def test_the_annotation_digest_is_of_the_values_not_of_how_they_share_objects():
   assert catalog.digest(ann.replace(source_id="2")) != same
   moved = ObjectAnnotation("person", Box(0.1, 0.2, 0.5, 0.7500000000000001))
   assert catalog.digest(ann.replace(objects=(moved,))) != same
+
+
+def test_a_partition_whose_hashes_leave_its_shards_ranges_is_refused():
+  """A row outside the hashes of its shard's base ranges would be compared by a run that
+  does not read that partition (plan/compare): refused, as every reader decides alike."""
+  data = catalog.encode(_entries())
+  hashes = sorted(catalog.identity_hash(e.key) for e in _entries())
+  assert catalog.check_table(data, (hashes[0], hashes[-1])).num_rows == 2
+  with pytest.raises(ValueError, match="within its shard's ranges"):
+    catalog.check_table(data, (hashes[0] + 1, catalog.HASH_MAX))
+  with pytest.raises(ValueError, match="within its shard's ranges"):
+    catalog.check_table(data, (0, hashes[-1] - 1))

@@ -20,8 +20,9 @@ import json
 import marshal
 import operator
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -40,6 +41,7 @@ MAX_INDEX_BYTES = 256 << 20
 ROW_GROUP = 65536  # rows per row group: a reader of one hash range reads few
 
 Identity = Tuple[str, str]  # (key, uri): an image of a split
+HASH_MAX = (1 << 64) - 1
 
 
 def index_name(split: str, shard: int, num_shards: int) -> str:
@@ -70,9 +72,6 @@ class Entry:
   @property
   def identity(self) -> Identity:
     return self.key, self.uri
-
-  def same_as(self, stamp: str, digest: str) -> bool:
-    return self.stamp == stamp and self.digest == digest
 
   def error_records(self, source: Optional[str] = None) -> List[ErrorRecord]:
     """The image's errors as the encoder gave them, from `source` (the annotation file it
@@ -151,11 +150,13 @@ def encode(entries: Sequence[Entry]) -> bytes:
   return sink.getvalue().to_pybytes()
 
 
-def parse(data: bytes) -> List[Entry]:
-  """The entries of a partition's bytes; ValueError when it is not one this tool writes (a
-  partition is read back from an earlier output, where anyone can edit it): another schema,
-  a null, a negative count, a hash that is not its key's, errors that are not a JSON list of
-  objects, or records that overlap (entries lie in the shard in order)."""
+def check_table(data: bytes, span: Tuple[int, int] = (0, HASH_MAX)) -> pa.Table:
+  """The table of a partition's bytes, checked in columns; ValueError when it is not one this
+  tool writes (a partition is read back from an earlier output, where anyone can edit it):
+  another schema, a null, a negative count, a hash that is not its key's or lies outside
+  `span` (the hashes of its shard's ranges, inclusive), rows out of shard order, or records
+  that overlap (rows lie in the shard in order). Equal bytes always give the same answer:
+  every reader of a partition decides alike."""
   try:
     table = pq.read_table(pa.BufferReader(data))
   except (pa.ArrowException, OSError) as e:
@@ -165,21 +166,43 @@ def parse(data: bytes) -> List[Entry]:
   if any(column.null_count for column in table.columns) or \
       pc.list_flatten(table.column("labels")).null_count:
     raise ValueError("it holds nulls")
+  if not table.num_rows:
+    return table
   for name in ("offset", "length", "records", "objects", "clipped", "reoriented"):
-    if table.num_rows and pc.min(table.column(name)).as_py() < 0:
+    if pc.min(table.column(name)).as_py() < 0:
       raise ValueError(f"a {name} is negative")
-  columns = table.to_pydict()
-  if columns["hash"] != [identity_hash(k) for k in columns["key"]]:
+  hashes = hashes_of(table)
+  if hashes[0] < span[0] or hashes[-1] > span[1] or bool((hashes[1:] < hashes[:-1]).any()):
+    raise ValueError("its rows are not in shard order within its shard's ranges")
+  if table.column("hash").to_pylist() != [identity_hash(k) for k in
+                                          table.column("key").to_pylist()]:
     raise ValueError("a row's hash is not its key's")
+  offsets = table.column("offset").to_numpy()
+  lengths = table.column("length").to_numpy()
+  ends = np.where(lengths > 0, offsets + lengths, 0)
+  before = np.concatenate(([0], np.maximum.accumulate(ends)[:-1]))
+  overlapping = np.flatnonzero((lengths > 0) & (offsets < before))
+  if overlapping.size:
+    key = table.column("key")[int(overlapping[0])].as_py()
+    raise ValueError(f"entry {key!r} overlaps the one before it")
+  return table
+
+
+def hashes_of(table: pa.Table) -> np.ndarray:
+  return table.column("hash").to_numpy()
+
+
+def entries_of(table: pa.Table) -> List[Entry]:
+  """The rows of a checked table as Entries (ValueError for errors that are not JSON)."""
+  columns = table.select(list(_FIELDS)).to_pydict()
   columns["labels"] = [tuple(labels) for labels in columns["labels"]]
   columns["errors"] = [_errors(text) for text in columns["errors"]]
-  entries = [Entry(*row) for row in zip(*(columns[name] for name in _FIELDS))]
-  end = 0
-  for e in entries:
-    if e.length and e.offset < end:
-      raise ValueError(f"entry {e.key!r} overlaps the one before it")
-    end = max(end, e.offset + e.length)
-  return entries
+  return [Entry(*row) for row in zip(*(columns[name] for name in _FIELDS))]
+
+
+def parse(data: bytes) -> List[Entry]:
+  """The entries of a partition's bytes (check_table's checks)."""
+  return entries_of(check_table(data))
 
 
 def _errors(text: str) -> Tuple[Tuple[Tuple[str, object], ...], ...]:
@@ -202,6 +225,19 @@ def read_checked(uri: str, expected: str = "", rows: int = -1
   """(read()'s entries, the file's digest). With `expected` (the digest its version
   recorded) and `rows` (its row count, -1 where not recorded), a partition whose bytes or
   rows differ is None too: forged, swapped, truncated or damaged."""
+  table, digest = read_table(uri, expected, rows)
+  try:
+    return (entries_of(table) if table is not None else None), digest
+  except ValueError:
+    return None, ""
+
+
+def read_table(uri: str, expected: str = "", rows: int = -1,
+               span: Tuple[int, int] = (0, HASH_MAX), checked: bool = False
+               ) -> Tuple[Optional[pa.Table], str]:
+  """(the partition's table, the file's digest), the table None as read_checked's entries.
+  `checked`: the bytes are `expected`'s, which a check of this run passed (check_table), so
+  only the digest is compared."""
   try:
     with open_earlier(uri) as f:
       data = f.read(MAX_INDEX_BYTES + 1)
@@ -210,11 +246,14 @@ def read_checked(uri: str, expected: str = "", rows: int = -1
     digest = file_digest(data)
     if expected and digest != expected:
       return None, digest
-    entries = parse(data)
-    if rows >= 0 and len(entries) != rows:
+    if checked and expected:
+      table = pq.read_table(pa.BufferReader(data))
+    else:
+      table = check_table(data, span)
+    if rows >= 0 and table.num_rows != rows:
       return None, digest
-    return entries, digest
-  except (OSError, ValueError, TypeError, KeyError):
+    return table, digest
+  except (OSError, ValueError, TypeError, KeyError, pa.ArrowException):
     return None, ""
   except Exception:  # an object store's own errors: no partition
     return None, ""
@@ -296,7 +335,3 @@ def stamp(uri: str) -> str:
     return f"{meta.size_in_bytes}:{meta.last_updated_in_seconds!r}"
   except Exception:  # missing, no access: nothing to compare with
     return ""
-
-
-def by_identity(entries: Sequence[Entry]) -> Dict[Identity, Entry]:
-  return {e.identity: e for e in entries}
