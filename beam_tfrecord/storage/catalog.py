@@ -103,20 +103,28 @@ def record_digest(key: str, uri: str, framings: Sequence[bytes]) -> str:
 
 def checked_range(f, entry: Entry) -> Optional[bytes]:
   """The framed records `entry` lists, read from its shard (an open file), or None when they
-  are not what it says: the range is short, or is not exactly `records` whole framed records
-  with good CRCs, or its digest keyed by the image differs. What the writer checks before it
-  copies a record forward, and what `verify` checks of every row."""
+  are not what it says (check_range). What the writer checks before it copies a record
+  forward, and what `verify` checks of every row."""
+  return check_range(f, entry.key, entry.uri, entry.offset, entry.length, entry.records,
+                     entry.sha)
+
+
+def check_range(f, key: str, uri: str, offset: int, length: int, records: int,
+                sha: str) -> Optional[bytes]:
+  """checked_range of a row given as its columns' values: None when the range is short, or
+  is not exactly `records` whole framed records with good CRCs, or its digest keyed by the
+  image differs."""
   try:
-    f.seek(entry.offset)
-    data = f.read(entry.length)
+    f.seek(offset)
+    data = f.read(length)
   except (OSError, ValueError):
     return None
-  if len(data) != entry.length:
+  if len(data) != length:
     return None
   frames = framings(data)
-  if frames is None or len(frames) != 2 * entry.records:
+  if frames is None or len(frames) != 2 * records:
     return None
-  if record_digest(entry.key, entry.uri, frames) != entry.sha:
+  if record_digest(key, uri, frames) != sha:
     return None
   return data
 
@@ -177,6 +185,9 @@ def check_table(data: bytes, span: Tuple[int, int] = (0, HASH_MAX)) -> pa.Table:
   if table.column("hash").to_pylist() != [identity_hash(k) for k in
                                           table.column("key").to_pylist()]:
     raise ValueError("a row's hash is not its key's")
+  errors = table.column("errors")
+  for text in errors.filter(pc.not_equal(errors, "")).to_pylist():
+    _errors(text)  # a list of objects, or ValueError
   offsets = table.column("offset").to_numpy()
   lengths = table.column("length").to_numpy()
   ends = np.where(lengths > 0, offsets + lengths, 0)

@@ -158,7 +158,7 @@ def test_a_kept_shard_written_into_is_encoded_again_and_a_swapped_index_is_repor
 def test_an_untouched_shard_is_not_read_and_keep_spares_a_version_a_reader_holds(
     tmp_path, monkeypatch):
   """Item 3's other half: a shard whose stamp is the one recorded is kept without reading
-  its records (checked_range is never called).
+  its records (catalog.check_range, which every range check calls, is never called).
   Item 5: a reader that resolved LATEST before a `--keep 1` append reads its whole epoch:
   the version it reads was LATEST less than --retain-hours ago. With nothing changed, --keep
   and retention still apply (--retain-hours 0 then retires it)."""
@@ -171,8 +171,8 @@ def test_an_untouched_shard_is_not_read_and_keep_spares_a_version_a_reader_holds
   assert all(_manifest(_latest(dest))["shard_plan"]["train"]["stamps"])
   dataset = reader.load(str(dest), "train")  # resolved now: version 1
   calls = []
-  real = catalog.checked_range
-  monkeypatch.setattr(catalog, "checked_range", lambda f, e: calls.append(e) or real(f, e))
+  real = catalog.check_range  # what every range check calls (checked_range too)
+  monkeypatch.setattr(catalog, "check_range", lambda f, *row: calls.append(row) or real(f, *row))
   _dataset(src, names + ["more.jpg"])
   done = _run(src, str(dest), "--append", "--writer-processes", "1", "--keep", "1")
   assert "4 kept" in done.stdout and calls == [], (done.stdout, len(calls))

@@ -62,8 +62,8 @@ def test_an_untouched_file_is_checked_from_its_stamp_and_a_damaged_record_is_nam
   anns = [_image(tmp_path, f"{i}.png", i) for i in range(6)]
   earlier, entries = _shard(tmp_path, anns)
   calls = []
-  real = catalog.checked_range
-  monkeypatch.setattr(catalog, "checked_range", lambda f, e: calls.append(e) or real(f, e))
+  real = catalog.check_range
+  monkeypatch.setattr(catalog, "check_range", lambda f, *row: calls.append(row) or real(f, *row))
   check, errors = compare.check_file("train", earlier)
   assert check.usable and check.bad == () and not errors and calls == []
   # the stamp differs (written into): every record checked, the damaged one named
