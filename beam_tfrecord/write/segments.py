@@ -42,7 +42,7 @@ def segment(task, stats: Dict) -> Outcome:
   if earlier is not None and (check is None or not check.usable):
     # its images count as added and the append becomes a full version (cli/append)
     return Outcome("empty")
-  changes = _changes(task)
+  changes = _changes(task) if task.changes else []  # the plan counted the runs' changes
   if earlier is None:
     if not changes:
       return Outcome("empty")
