@@ -74,7 +74,8 @@ class Finalize(beam.DoFn):
                 if self.config.append and self.incremental is not None else None)
     # an --append that changed nothing is not published: linking its kept shards (and
     # removing the links) would only move their change time, the stamp the next run checks
-    if not publish.nothing_changed(appended):
+    unchanged = publish.nothing_changed(appended)
+    if not unchanged:
       _share_kept(run_directory, stats)
     _name_shards(run_directory, stats)
     outputs.write_atomic(run_directory, LABEL_MAP,
@@ -105,8 +106,9 @@ class Finalize(beam.DoFn):
       outcome, status = "lock_lost", ("failed: another run took over the output lock "
                                       "(--break-lock) while this one ran")
     # --append: the version's files made read-only, then stamped for the next run's checks
-    stamps = (publish.seal(run_directory, stats) if self.config.append and outcome == "ok"
-              else None)
+    # (none when nothing changed: its kept files were not linked, and it is not published)
+    stamps = (publish.seal(run_directory, stats)
+              if self.config.append and outcome == "ok" and not unchanged else None)
     files = sorted({n for n in outputs.entries(run_directory) if not n.startswith(".")
                     and not n.startswith("beam-temp")} | {card.NAME, MANIFEST})
     manifest = Manifest(

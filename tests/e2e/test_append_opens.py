@@ -81,3 +81,23 @@ def test_an_append_opens_only_the_added_and_changed_images(tmp_path, watch):
   assert read == {"new1.jpg", "new2.jpg", names[5]}, sorted(read)
   assert "2 added, 1 changed, 1 removed, 38 kept" in done.stdout, done.stdout
   assert records(latest(dest)) == full(src, tmp_path)
+
+
+def test_sources_rewritten_with_the_same_content_open_nothing_and_publish_nothing(tmp_path):
+  """The annotation file written again (other bytes, the same images and boxes): its
+  fingerprint differs, so the job runs and compares every image; none changed, so no image
+  is opened, nothing is published and LATEST stays (a kept file left unlinked was once
+  stamped here, failing the run)."""
+  src, dest = tmp_path / "src", tmp_path / "dest"
+  dataset(src, [f"{i:03d}.jpg" for i in range(12)])
+  run(src, str(dest), "--append")
+  before = latest(dest)
+  doc = json.loads((src / "ann.json").read_text())
+  (src / "ann.json").write_text(json.dumps(doc, indent=1))
+  cmd = [sys.executable, "-m", "beam_tfrecord.cli", "convert", "--format", "coco",
+         "--input", f"train={src / 'ann.json'}", "--images", str(src / "imgs"),
+         "--output", str(dest), "--num-shards", "4", "--append"]
+  done, opened = _opened_in_process(cmd)
+  assert "unchanged: no image or annotation changed" in done.stdout, done.stdout
+  assert not [p for p in opened if p.startswith(str(src / "imgs") + "/")]
+  assert latest(dest) == before
