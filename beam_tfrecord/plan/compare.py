@@ -166,19 +166,28 @@ _tables: "collections.OrderedDict" = collections.OrderedDict()
 
 
 def _table(f: EarlierFile):
-  """(hashes, table) of a partition the check found usable; its digest compared again (the
-  bytes are those checked), parsed once per worker while its stamp stays the same."""
+  """(hashes, table) of a partition the check found usable (checked_table), parsed once per
+  worker while its stamp stays the same."""
   key = (f.catalog, catalog.file_stamp(f.catalog), f.digest)
   if key[1] and key in _tables:
     _tables.move_to_end(key)
     return _tables[key]
-  table = catalog.read_table(f.catalog, f.digest, f.rows, checked=True)[0]
-  value = None if table is None else (catalog.hashes_of(table), table)
+  table = checked_table(f)
+  value = (catalog.hashes_of(table), table)
   if key[1]:
     _tables[key] = value
     while len(_tables) > CACHE:
       _tables.popitem(last=False)
   return value
+
+
+def checked_table(f: EarlierFile):
+  """The table of a partition its check found usable (the digest compared again: the bytes
+  are those checked). One that changed since fails the run: nothing is published."""
+  table = catalog.read_table(f.catalog, f.digest, f.rows, checked=True)[0]
+  if table is None:
+    raise RuntimeError(f"the catalog partition {f.catalog} changed during the run")
+  return table
 
 
 # a row as compare_run needs it: (earlier file, row, stamp, digest, errors)
@@ -197,10 +206,7 @@ def catalog_rows(context: CompareSplit, first: int, last: int) -> Dict[catalog.I
     check = context.checks.get(f.index)
     if check is None or not check.usable or f.span[1] < lo or f.span[0] >= hi:
       continue
-    loaded = _table(f)
-    if loaded is None:  # changed since its check: the run fails, nothing is published
-      raise RuntimeError(f"the catalog partition {f.catalog} changed during the run")
-    hashes, table = loaded
+    hashes, table = _table(f)
     a = int(hashes.searchsorted(lo, "left"))
     b = int(hashes.searchsorted(hi, "left")) if hi <= catalog.HASH_MAX else len(hashes)
     if a == b:

@@ -15,7 +15,7 @@ from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 import pyarrow.compute as pc
 
-from beam_tfrecord.plan import runs
+from beam_tfrecord.plan import compare, runs
 from beam_tfrecord.records import batches
 from beam_tfrecord.records.model import ErrorRecord
 from beam_tfrecord.storage import catalog, paths
@@ -50,9 +50,7 @@ def segment(task, stats: Dict) -> Outcome:
     return Outcome("write", (_annotated(blob) for _, blob in changes))
   if not changes and not check.bad and not check.all_bad:
     return _kept(task, stats)
-  table = catalog.read_table(earlier.catalog, earlier.digest, earlier.rows, checked=True)[0]
-  if table is None:
-    raise RuntimeError(f"the catalog partition {earlier.catalog} changed during the run")
+  table = compare.checked_table(earlier)
   by_row = dict(changes)
   stats["removed"] = sum(1 for blob in by_row.values() if not blob)
   if stats["removed"] == table.num_rows:
@@ -102,11 +100,10 @@ def _kept(task, stats: Dict) -> Outcome:
   """An earlier file kept whole: its stats, errors and contents from its partition's
   columns, not one Python object a row."""
   earlier = task.earlier
-  table = catalog.read_table(earlier.catalog, earlier.digest, earlier.rows, checked=True)[0]
-  if table is None or (not paths.is_remote(earlier.shard) and
-                       catalog.file_stamp(earlier.shard) != task.check.stamp):
-    raise RuntimeError(f"the earlier shard {earlier.shard} or its catalog partition changed "
-                       "during the run")
+  table = compare.checked_table(earlier)
+  if not paths.is_remote(earlier.shard) and \
+      catalog.file_stamp(earlier.shard) != task.check.stamp:
+    raise RuntimeError(f"the earlier shard {earlier.shard} changed during the run")
   written = table.filter(pc.invert(table.column("rejected")))
   stats["rejected"] = table.num_rows - written.num_rows
   stats["images"] = written.num_rows
