@@ -16,7 +16,7 @@ from beam_tfrecord.plan import naming
 from beam_tfrecord.prepare import splitting
 from beam_tfrecord.records.boxes import BBOX_POLICIES
 from beam_tfrecord.sources import registry
-from beam_tfrecord.storage import files, paths
+from beam_tfrecord.storage import files, paths, record_files
 from beam_tfrecord.storage.files import DEFAULT_MAX_IMAGE_BYTES, check_store
 from beam_tfrecord.write import images as imaging
 from beam_tfrecord.write.encode import EncodeOptions
@@ -96,6 +96,8 @@ class ConvertConfig:
   records_per_shard: Optional[int] = setting(RECORDS, None)
   feature_names: Optional[str] = setting(RECORDS, None)    # 'OLD=NEW,...'
   shard_name_template: str = setting(RECORDS, naming.DEFAULT_SHARD_NAME_TEMPLATE)
+  file_format: str = setting(RECORDS, record_files.TFRECORD)  # or array_record (Grain, TFDS)
+  index_files: bool = setting(RECORDS, False)  # an index per TFRecord shard (DALI, tfrecord)
   writer_processes: int = setting(RUNTIME, 0)  # 0: one per core on the in-process runner
   classes: Optional[str] = setting(RECORDS, None)          # 'a,b': keep only these classes
   class_map: Optional[str] = setting(RECORDS, None)        # 'old=new,...': rename or merge
@@ -120,6 +122,12 @@ class ConvertConfig:
   def record_settings(self) -> Dict[str, Any]:
     """What --append compares with the earlier version: any change re-encodes all."""
     return self.settings(RECORDS)
+
+  @classmethod
+  def record_defaults(cls) -> Dict[str, Any]:
+    """The RECORDS settings' defaults: what a version made before a setting existed had."""
+    return {f.name: f.default for f in dataclasses.fields(cls)
+            if f.metadata["kind"] == RECORDS and f.default is not dataclasses.MISSING}
 
   def fingerprint_settings(self) -> Dict[str, Any]:
     """What --if-changed's fingerprint covers besides the sources' files."""
@@ -209,6 +217,14 @@ class ConvertConfig:
                        "(Beam's WriteToTFRecord names and fills its shards itself)")
     if self.shard_name_template != naming.DEFAULT_SHARD_NAME_TEMPLATE:
       naming.template_fields(self.shard_name_template)
+    if self.file_format not in record_files.FILE_FORMATS:
+      raise ValueError(f"--file-format must be one of {', '.join(record_files.FILE_FORMATS)}")
+    if self.file_format != record_files.TFRECORD and (self.sink != "shards" or self.append):
+      raise ValueError(f"--file-format {self.file_format} needs --sink shards (Beam's sink "
+                       "writes TFRecords), and --append reads TFRecord versions only")
+    if self.index_files and (self.file_format != record_files.TFRECORD or self.sink != "shards"):
+      raise ValueError("--index-files indexes TFRecord shards this tool writes (--sink "
+                       "shards); ArrayRecord files carry their own index")
     self.fractions  # noqa: B018 (ValueError when malformed; cached for every later use)
     for item in list(self.inputs) + list(self.images):
       split, _ = paths.parse_assignment(item)
@@ -445,6 +461,10 @@ def resolve(config: ConvertConfig,
     if announce:
       announce(found.line())
     config = dataclasses.replace(config, format=found.format, inputs=list(found.inputs))
+  if (config.file_format != record_files.TFRECORD
+      and config.shard_name_template == naming.DEFAULT_SHARD_NAME_TEMPLATE):
+    config = dataclasses.replace(config, shard_name_template=naming.default_template(
+        config.file_format))
   if config.layout == "tfds":  # TFDS's own features and directory (finalize/tfds_layout.py)
     config = tfds_layout.resolve(config, registry.image_level(config))
   if config.schema is None:

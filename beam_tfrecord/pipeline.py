@@ -29,7 +29,7 @@ from beam_tfrecord.records.model import DEFAULT_SPLIT
 from beam_tfrecord.records import coders, packed
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.sources import registry
-from beam_tfrecord.storage import files, paths
+from beam_tfrecord.storage import files, paths, record_files
 from beam_tfrecord.storage.processes import stop_idle
 from beam_tfrecord.write import leakage
 from beam_tfrecord.write.errors_file import WriteErrorsFile
@@ -83,7 +83,8 @@ def earlier_output(config: ConvertConfig) -> Tuple[Optional[Previous], Optional[
   if not config.append_base:
     return None, None
   previous = previous_output.load(config.append_base, "--append")
-  changed = previous_output.changed_settings(config.record_settings(), previous)
+  changed = previous_output.changed_settings(config.record_settings(), previous,
+                                             config.record_defaults())
   reason = f"settings that shape records changed: {', '.join(changed)}" if changed else ""
   return previous, {"previous": previous, "reason": reason}
 
@@ -179,7 +180,8 @@ def build(root, config: ConvertConfig, argv: Sequence[str] = (),
                          min_images, remote_images=remote, spread=not in_process(root),
                          indexing=indexing, contents_directory=(
                              leakage.contents_directory(spill_dir) if spill_dir else None),
-                         checks=checks)
+                         checks=checks, container=record_files.Container(
+                             config.file_format, config.index_files))
     stats, write_errors = tasks | "WriteShards" >> writer
     write_errors = ((check_errors, sort_errors, write_errors)
                     | "PlanAndWriteErrors" >> beam.Flatten())

@@ -44,7 +44,7 @@ def test_the_tags_are_the_classification_the_consumers_had():
       "max_image_bytes", "verify_images", "follow_symlinks", "allow_absolute_paths",
       "label_map", "classes", "class_map", "classes_file", "class_descriptions", "csv_columns",
       "csv_normalized", "layout", "dataset_name", "dataset_version", "shard_name_template",
-      "records_per_shard", "sink"}
+      "records_per_shard", "sink", "file_format", "index_files"}
   assert set(configs.names_of(RUNTIME)) == {
       "output", "overwrite", "source_fingerprint", "writer_processes", "append_base",
       "tfds_root", "append", "compact", "keep",

@@ -97,7 +97,8 @@ def decide(config: ConvertConfig, dest: str, latest: Optional[int]
     previous = previous_output.from_manifest(base, manifest, "--append")
   except UsageError as e:
     return None, str(e).split(": ", 1)[-1], manifest
-  changed = previous_output.changed_settings(config.record_settings(), previous)
+  changed = previous_output.changed_settings(config.record_settings(), previous,
+                                             config.record_defaults())
   if changed:
     return None, f"settings that shape records changed: {', '.join(changed)}", manifest
   sizing = sizing_changes(config, previous.settings)

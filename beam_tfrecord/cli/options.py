@@ -11,6 +11,7 @@ from beam_tfrecord.cli.demo import DEMO_FORMATS
 from beam_tfrecord.config import FORMATS, LAYOUTS, SCHEMAS, SINKS
 from beam_tfrecord.errors import UsageError
 from beam_tfrecord.plan import naming, shard_plan
+from beam_tfrecord.storage import record_files
 from beam_tfrecord.storage.files import DEFAULT_MAX_IMAGE_BYTES
 from beam_tfrecord.write.images import (DEFAULT_JPEG_QUALITY,
                                         DEFAULT_MAX_PIXELS, IMAGE_FORMATS)
@@ -146,6 +147,17 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       "shards of the same name, or a name over 255 bytes (with the longest "
                       "split and the largest numbers the options allow), are an error before "
                       "anything is written")
+  add(parser, "--file-format", choices=record_files.FILE_FORMATS, default=record_files.TFRECORD,
+                      help="tfrecord (default): TFRecord shards, what tf.data reads; "
+                      "array_record: ArrayRecord shards (as TFDS writes them), what JAX's Grain "
+                      "and TFDS's as_data_source read by index. Same records, plan and "
+                      "manifest; shard names end in .array_record. Not with --append or "
+                      "--sink beam")
+  add(parser, "--index-files", action="store_true",
+                      help="write an index beside each TFRecord shard (SHARD.idx, a line "
+                      "'OFFSET LENGTH' per record), the file NVIDIA DALI's TFRecord reader and "
+                      "the `tfrecord` package need to shard and shuffle across workers; "
+                      "listed in the manifest and checked by `verify`")
   add(parser, "--layout", choices=LAYOUTS, default="flat",
                       help="flat (default): shards, label map and manifest in --output; tfds: "
                       "the directory TensorFlow Datasets reads, --output/NAME/VERSION/ with "

@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 from beam_tfrecord.plan import naming
 from beam_tfrecord.records.manifest import Manifest
 from beam_tfrecord.records.tfrecord import read_record
-from beam_tfrecord.storage import paths, versions
+from beam_tfrecord.storage import paths, record_files, versions
 from beam_tfrecord.storage.layout import MANIFEST, OWN_PREFIX, kill_point
 from beam_tfrecord.storage import catalog
 
@@ -121,7 +121,8 @@ def seal(run_directory: str, stats: Sequence[Dict]) -> Dict[str, str]:
   for s in stats:
     if s.get("shard") is None or s.get("empty"):
       continue
-    for name in (s["path"], s.get("index")):
+    for name in (s["path"], s.get("index"),
+                 record_files.index_name(s["path"]) if s.get("index_file") else None):
       if not name:
         continue
       path = paths.child(run_directory, name)
@@ -171,6 +172,11 @@ def check_version(directory: str, manifest: Manifest, kept: Iterable[str] = ()) 
             count += 1
         if shard.examples is not None and count != shard.examples:
           return f"{shard.path} holds {count} records, not {shard.examples}"
+        if manifest.setting("index_files"):  # written from the offsets: checked as verify does
+          index = record_files.index_name(shard.path)
+          problem = record_files.check_index(uri, paths.child(directory, index))
+          if problem:
+            return f"{index}: {problem}"
       except (OSError, ValueError) as e:
         return f"{shard.path}: {e}"
   return ""

@@ -4,7 +4,8 @@ load it. Pure and Beam-free; TFDS itself is never imported (it is a test depende
 
 What TFDS reads (tensorflow_datasets/core: dataset_info.py, read_only_builder.py, naming.py,
 features/*.py; checked against files TFDS 4.9 wrote for builders of the same features):
-  OUT/NAME/VERSION/NAME-SPLIT.tfrecord-00000-of-0000N   the shards (filepathTemplate below)
+  OUT/NAME/VERSION/NAME-SPLIT.tfrecord-00000-of-0000N   the shards (filepathTemplate below;
+                      .array_record- with --file-format array_record, as TFDS names them)
   dataset_info.json   DatasetInfo as JSON: name, version, fileFormat, description, citation,
                       splits [{name, numBytes, shardLengths, filepathTemplate}], supervisedKeys
   features.json       the FeaturesDict as JSON (pythonClassName + the feature's own message)
@@ -19,7 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from beam_tfrecord.records.manifest import SplitInfo
 
-TEMPLATE = "{name}-{{split}}.tfrecord-{{index:05d}}-of-{{num_shards:05d}}"
+TEMPLATE = "{name}-{{split}}.{file_format}-{{index:05d}}-of-{{num_shards:05d}}"
 FILEPATH_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"  # TFDS's default
 DATASET_INFO = "dataset_info.json"
 FEATURES = "features.json"
@@ -58,7 +59,8 @@ def check_options(config) -> None:
   if config.sink != "shards":
     raise ValueError("--layout tfds needs --sink shards (TFDS needs each shard's length)")
   if config.shard_name_template not in (naming.DEFAULT_SHARD_NAME_TEMPLATE,
-                                        TEMPLATE.format(name=config.dataset_name)):
+                                        naming.default_template(config.file_format),
+                                        template(config)):
     raise ValueError("--layout tfds names its shards as TFDS does; leave out "
                      "--shard-name-template")
   if config.schema is not None and config.schema not in SCHEMAS:
@@ -77,7 +79,12 @@ def resolve(config, image_level: bool):
   schema = config.schema or (IMAGE_FOLDER if image_level else DETECTION)
   output = paths.join(paths.join(config.output, config.dataset_name), config.dataset_version)
   return dataclasses.replace(config, schema=schema, output=output, tfds_root=config.output,
-                             shard_name_template=TEMPLATE.format(name=config.dataset_name))
+                             shard_name_template=template(config))
+
+
+def template(config) -> str:
+  """TFDS's shard names: NAME-SPLIT.FILE_FORMAT-00000-of-0000N."""
+  return TEMPLATE.format(name=config.dataset_name, file_format=config.file_format)
 
 
 def check_label_ids(label_map: Mapping[str, int]) -> None:
@@ -148,7 +155,8 @@ def features(schema_option: str, num_classes: int, include_masks: bool = False,
 
 
 def dataset_info(name: str, version: str, splits: Mapping[str, SplitInfo], schema_option: str,
-                 description: str, citation: str = "") -> Dict[str, Any]:
+                 description: str, citation: str = "", file_format: str = "tfrecord"
+                 ) -> Dict[str, Any]:
   """dataset_info.json from the manifest's split entries: each split's shard lengths in
   shard order and its bytes."""
   entries: List[Dict[str, Any]] = []
@@ -157,7 +165,7 @@ def dataset_info(name: str, version: str, splits: Mapping[str, SplitInfo], schem
     entries.append({"filepathTemplate": FILEPATH_TEMPLATE, "name": split,
                     "numBytes": str(sum(s.bytes for s in shards)),
                     "shardLengths": [str(s.examples) for s in shards]})
-  info: Dict[str, Any] = {"description": description, "fileFormat": "tfrecord", "name": name,
+  info: Dict[str, Any] = {"description": description, "fileFormat": file_format, "name": name,
                           "splits": entries, "version": version}
   if citation:
     info["citation"] = citation

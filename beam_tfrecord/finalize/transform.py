@@ -27,7 +27,7 @@ from beam_tfrecord.records import label_map as label_maps
 from beam_tfrecord.records.manifest import ErrorSummary, Manifest
 from beam_tfrecord.prepare.select import EXCLUDED_PREFIX
 from beam_tfrecord.records.model import ErrorRecord
-from beam_tfrecord.storage import paths
+from beam_tfrecord.storage import paths, record_files
 from beam_tfrecord.write import contents
 
 MANIFEST = outputs.MANIFEST
@@ -180,7 +180,8 @@ def _committed(output: str, run_id: str) -> Optional[Dict]:
 
 def _share_kept(run_directory: str, stats: Sequence[Dict]) -> None:
   """--append: the shards kept as they were (and their catalog partitions) linked, or copied
-  server side, from the earlier version into the run directory under their names."""
+  server side, from the earlier version into the run directory under their names. Their
+  --index-files indexes are not: the writer wrote them anew from the kept file."""
   for s in stats:
     if s.get("kept_from"):
       outputs.share_file(s["kept_from"], run_directory, s["path"])
@@ -200,7 +201,7 @@ def _write_tfds_metadata(run_directory: str, config, splits: Dict,
                  f" from {config.format} annotations ("
                  f"{', '.join(paths.parse_assignment(i)[1] for i in config.inputs)}).")
   info = tfds_layout.dataset_info(config.dataset_name, config.dataset_version, splits, option,
-                                  description)
+                                  description, file_format=config.file_format)
   for name, text in ((tfds_layout.FEATURES, json.dumps(features, indent=4, sort_keys=True)),
                      (tfds_layout.DATASET_INFO, json.dumps(info, indent=2, sort_keys=True)),
                      (tfds_layout.label_file(option), tfds_layout.label_names(label_map))):
@@ -237,6 +238,11 @@ def _name_shards(run_directory: str, stats: Sequence[Dict]) -> None:
   # to a name with a separator would leave the run directory
   moves = [(paths.child(run_directory, s["staged"]), paths.child(run_directory, s["path"]))
            for s in shards if s.get("staged")]
+  # --index-files: each shard's index (`index_file`, as written) follows it
+  moves += [(paths.child(run_directory, s["index_file"]),
+             paths.child(run_directory, record_files.index_name(s["path"])))
+            for s in shards if s.get("index_file")
+            and s["index_file"] != record_files.index_name(s["path"])]
   moves = [(src, dst) for src, dst in moves if FileSystems.exists(src)]
   taken = {src for src, _ in moves} & {dst for _, dst in moves}
   if taken:  # a final name is another shard's staging name: renaming would overwrite it

@@ -161,11 +161,13 @@ def _segments(value: Any, ranges: int, files: int) -> Tuple[Tuple[int, int], ...
   return tuple(out)
 
 
-def changed_settings(now: Mapping[str, Any], previous: Previous) -> List[str]:
+def changed_settings(now: Mapping[str, Any], previous: Previous,
+                     defaults: Mapping[str, Any] = {}) -> List[str]:
   """The settings of `now` whose value differs from the earlier output's. The caller passes
   the settings that shape records (ConvertConfig.record_settings(): its fields tagged RECORDS,
-  and the label map is compared on the workers): any change re-encodes every image."""
-  return [k for k in now if now[k] != previous.settings.get(k)]
+  and the label map is compared on the workers): any change re-encodes every image. A
+  setting the earlier version does not record (made before it existed) had its default."""
+  return [k for k in now if now[k] != previous.settings.get(k, defaults.get(k))]
 
 
 def plan_record(plan: ShardPlan, stats: Sequence[Mapping],

@@ -11,7 +11,7 @@ from typing import Dict, Mapping, Optional, Union
 
 from beam_tfrecord.readback import views
 from beam_tfrecord.records.manifest import Manifest
-from beam_tfrecord.storage import paths, versions
+from beam_tfrecord.storage import paths, record_files, versions
 
 
 def feature_description(manifest: Union[Manifest, Mapping]) -> Dict:
@@ -37,7 +37,8 @@ def _shard_files(directory: str, split: str, manifest: Manifest):
 
 
 def load(output: str, split: str = "train", dense: bool = True):
-  """tf.data.Dataset of dicts {feature key: tensor} for one split, in shard order.
+  """tf.data.Dataset of dicts {feature key: tensor} for one split, in shard order (TFRecord
+  or ArrayRecord shards).
 
   Per-object features are VarLen (SparseTensor); with dense=True they are turned into dense
   1-D tensors, so `example['image/object/bbox/xmin']` is a plain vector.
@@ -57,7 +58,13 @@ def load(output: str, split: str = "train", dense: bool = True):
     return parsed
 
   files = _shard_files(directory, split, manifest)
-  return tf.data.TFRecordDataset(files).map(parse)
+  if views.file_format(manifest) == record_files.ARRAY_RECORD:  # read in order, as tf.data does
+    records = tf.data.Dataset.from_generator(
+        lambda: (r for f in files for r in record_files.read_records(f, record_files.ARRAY_RECORD)),
+        output_signature=tf.TensorSpec((), tf.string))
+  else:
+    records = tf.data.TFRecordDataset(files)
+  return records.map(parse)
 
 
 def show(output: str, split: Optional[str] = None, n: int = 16, seed: int = 0):

@@ -200,17 +200,19 @@ def sample(output: str, manifest: Union[Manifest, Mapping], split: str, n: int,
   view = views.resolve(manifest)
   names = views.class_names(manifest)
   shards = views.shard_paths(output, manifest, split)
+  file_format = views.file_format(manifest)
   if all(count is not None for _, count in shards):
     records = []
     for shard, wanted in pick([c for _, c in shards], n, seed).items():
       keep = set(wanted)
-      for i, record in enumerate(views.read_records(shards[shard][0], limit=wanted[-1] + 1)):
+      for i, record in enumerate(views.read_records(shards[shard][0], wanted[-1] + 1,
+                                                          file_format)):
         if i in keep:
           records.append(record)
   else:  # per-shard counts unknown: one pass with reservoir sampling
     rng, records, seen = random.Random(seed), [], 0
     for uri, _ in shards:
-      for record in views.read_records(uri):
+      for record in views.read_records(uri, file_format=file_format):
         seen += 1
         if len(records) < n:
           records.append(record)

@@ -37,9 +37,10 @@ def frames(output: str, manifest: Union[Manifest, Mapping]
   view = views.resolve(manifest)
   names = views.class_names(manifest)
   records, boxes = [], []
+  file_format = views.file_format(manifest)
   for split in manifest.splits:
     for uri, _ in views.shard_paths(output, manifest, split):
-      for i, serialized in enumerate(views.read_records(uri)):
+      for i, serialized in enumerate(views.read_records(uri, file_format=file_format)):
         entry = views.item(views.parse(serialized), view, names, f"{uri}#{i}")
         width, height = entry.size()
         # a class mask's objects are its classes, each boxed around its pixels

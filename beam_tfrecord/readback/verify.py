@@ -19,9 +19,10 @@ from typing import Dict, List, Optional, Tuple
 from beam_tfrecord.finalize import output as outputs
 from beam_tfrecord.records import tfrecord
 from beam_tfrecord.records.manifest import Manifest
-from beam_tfrecord.storage import files, paths, versions
+from beam_tfrecord.readback import views
+from beam_tfrecord.storage import files, paths, record_files, versions
 
-RECORD_FILE = re.compile(r"(\.tfrec|\.tfrecord|\.tfrecords)$|-\d{5}-of-\d{5}")
+RECORD_FILE = re.compile(r"(\.tfrec|\.tfrecord|\.tfrecords|\.array_record)$|-\d{5}-of-\d{5}")
 
 
 def template_pattern(template: Optional[str]) -> Optional["re.Pattern"]:
@@ -61,9 +62,58 @@ def _tf_message(error) -> str:
   return re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:[^\]]*\].*$", "", text)[:200]
 
 
-def _check_shard(uri: str, name: str, spec: Dict, expected: Optional[int]) -> Tuple[int,
-                                                                                    List[str]]:
+def _check_array_record(uri: str, name: str, spec: Dict, expected: Optional[int]
+                        ) -> Tuple[int, List[str]]:
+  """_check_shard of an ArrayRecord shard: every record read (Riegeli checks its hashes)
+  and parsed with TensorFlow, a batch at a time."""
+  import tensorflow as tf
+  problems: List[str] = []
+  count = 0
+
+  def parse(batch: List[bytes]) -> bool:
+    try:
+      parsed = tf.io.parse_example(batch, spec)
+    except tf.errors.InvalidArgumentError:
+      for i, record in enumerate(batch):
+        try:
+          tf.io.parse_single_example(record, spec)
+        except tf.errors.InvalidArgumentError as e:
+          first = str(e).strip().splitlines()[0][:200]
+          problems.append(f"{name}: record {count + i} does not parse with the manifest's "
+                          f"features ({first})")
+          return False
+      return False
+    for key in ("image/width", "width"):
+      if key in parsed:
+        for i, value in enumerate(parsed[key].numpy().tolist()):
+          if value <= 0:
+            problems.append(f"{name}: record {count + i} has {key} {value}")
+    return True
+
+  batch: List[bytes] = []
+  try:
+    for record in record_files.read_records(uri, record_files.ARRAY_RECORD):
+      batch.append(record)
+      if len(batch) == record_files.READ_BATCH:
+        if not parse(batch):
+          return count, problems
+        count, batch = count + len(batch), []
+    if batch and not parse(batch):
+      return count, problems
+    count += len(batch)
+  except (ValueError, OSError) as e:
+    problems.append(f"{name}: corrupt after record {count} ({e})")
+    return count, problems
+  if expected is not None and count != expected:
+    problems.append(f"{name}: manifest says {expected} records, the file holds {count}")
+  return count, problems
+
+
+def _check_shard(uri: str, name: str, spec: Dict, expected: Optional[int],
+                 file_format: str = record_files.TFRECORD) -> Tuple[int, List[str]]:
   """(records parsed, problems) of one shard file."""
+  if file_format == record_files.ARRAY_RECORD:
+    return _check_array_record(uri, name, spec, expected)
   import tensorflow as tf
   problems: List[str] = []
   count = 0
@@ -175,6 +225,7 @@ def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lo
         RECORD_FILE.search(name) or (ours is not None and ours.match(name))):
       problems.append(f"{name}: stray record file, not in the manifest")
   spec = reader.feature_description(manifest)
+  file_format = views.file_format(manifest)
   total = 0
   for split, entry in manifest.splits.items():
     listed_examples = [s.examples for s in entry.shards]
@@ -191,9 +242,11 @@ def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lo
       size = paths.size_of(uri)
       if size != shard.bytes:
         problems.append(f"{name}: manifest says {shard.bytes} bytes, the file has {size}")
-      count, found = _check_shard(uri, name, spec, shard.examples)
+      count, found = _check_shard(uri, name, spec, shard.examples, file_format)
       total += count
       problems.extend(found)
+      if manifest.setting("index_files"):
+        problems.extend(check_index_file(output, name, present, odd))
   problems.extend(check_indexes(output, manifest, present, skip=odd))
   if outputs.LABEL_MAP in listed and outputs.LABEL_MAP in present:
     try:
@@ -206,6 +259,17 @@ def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lo
     except ValueError as e:
       problems.append(f"{outputs.LABEL_MAP}: {e}")
   return total, problems, notes
+
+
+def check_index_file(output: str, shard: str, present, skip=()) -> List[str]:
+  """--index-files: the shard's index, present and matching its shard (record_files)."""
+  name = record_files.index_name(shard)
+  if name in skip:
+    return []
+  if name not in present:
+    return [f"{name}: the index file of {shard} is missing"]
+  problem = record_files.check_index(paths.child(output, shard), paths.child(output, name))
+  return [f"{name}: {problem}"] if problem else []
 
 
 def check_indexes(output: str, manifest, present, skip=()) -> List[str]:

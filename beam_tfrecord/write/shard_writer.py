@@ -20,8 +20,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from beam_tfrecord.plan import compare, naming, runs
 from beam_tfrecord.records import batches, packed
 from beam_tfrecord.records.model import ErrorRecord
-from beam_tfrecord.records.tfrecord import framing
-from beam_tfrecord.storage import catalog, paths, processes, progress
+from beam_tfrecord.storage import catalog, paths, processes, progress, record_files
 from beam_tfrecord.storage.layout import kill_point
 from beam_tfrecord.storage.prefetch import prefetch
 from beam_tfrecord.write import contents as content_digests
@@ -36,7 +35,6 @@ from beam_tfrecord.write.encode import (Converted, EncodeOptions, convert,
 REMOTE_READ_AHEAD = 16
 LOCAL_READ_AHEAD = 2
 READ_AHEAD_BYTES = 64 * 1024 * 1024
-WRITE_BUFFER_BYTES = 1024 * 1024
 
 # images: images written (a schema may write several records, `examples`, per image, or none);
 # rejected: images of this shard/split turned down while writing. images + rejected must add
@@ -95,6 +93,7 @@ class ShardTask:
   read_ahead: int = 0              # read-ahead threads; 0: by where the images are
   remote_images: bool = False
   index: bool = False              # write the shard's catalog partition (catalog.py)
+  container: record_files.Container = record_files.Container()  # --file-format, --index-files
   # --append (write/transform.segment_task; write/segments.py): the base ranges this shard
   # covers, and the earlier file it is (None: a new delta shard) with its check
   segment: Optional[Tuple[int, int]] = None
@@ -116,15 +115,6 @@ class ShardResult:
   # with the task's contents_directory, `spilled` names the files they went to instead
   contents: List[content_digests.Content] = dataclasses.field(default_factory=list)
   spilled: List[content_digests.Spilled] = dataclasses.field(default_factory=list)
-
-
-def _create(uri: str):
-  if paths.is_remote(uri):
-    from apache_beam.io.filesystems import FileSystems
-    return FileSystems.create(uri)
-  # a buffer of many records: with the default 8 KB, each image-sized record was its own
-  # write() and its 12-byte header another
-  return open(uri, "wb", buffering=WRITE_BUFFER_BYTES)
 
 
 def _rename(src: str, dst: str) -> None:
@@ -152,7 +142,7 @@ def write_shard(task: ShardTask) -> ShardResult:
   if task.index:
     return write_indexed_shard(task)
   split, shard, num_shards = task.split, task.shard, task.num_shards
-  name = naming.shard_name(split, shard, num_shards)
+  name = naming.shard_name(split, shard, num_shards, task.container.suffix)
   final = paths.child(task.staging, name)  # child: checked where it is written
   partial = paths.child(task.staging, f".part-{uuid.uuid4().hex}-{name}")
   stats = new_stats(split, shard, name)
@@ -166,7 +156,7 @@ def write_shard(task: ShardTask) -> ShardResult:
   limit = task.options.max_image_bytes  # larger files are rejected from a stat, unread
   ahead = prefetch(anns, lambda a: fetch_image(a, task.options),
                    lambda a: min(a.size_bytes or 0, limit), workers, READ_AHEAD_BYTES)
-  with _create(partial) as f:
+  with record_files.create(partial, task.container) as out:
     for ann, fetched in ahead:
       if "first" not in stats:  # where the shard begins: the manifest's shard_plan
         stats["first"] = [packed.identity_hash(ann.key), ann.key, ann.uri]
@@ -180,17 +170,25 @@ def write_shard(task: ShardTask) -> ShardResult:
       if tapped.digest:
         found.add(tapped.digest, ann.key, ann.uri)
       for record in result.records:
-        head, tail = framing(record)
-        f.write(head)
-        f.write(record)
-        f.write(tail)
+        out.write(record)
       add_example(stats, result)
+  _write_index_file(task, stats, out.spans, name)
   kill_point("shard")  # in the writer process, when there are several
   _rename(partial, final)
   done.close()
   stats["bytes"] = _size(final)
   _named(task, stats, name)
   return ShardResult(stats, errors, found.items, found.spilled())
+
+
+def _write_index_file(task: ShardTask, stats: Dict, spans, name: str) -> None:
+  """--index-files: the shard's index (record_files), under a unique name renamed into place
+  before the shard is (a retry rewrites both); the finalize step moves it with the shard
+  (stats `index_file`: the name it was written under)."""
+  if spans is None:
+    return
+  stats["index_file"] = record_files.index_name(name)
+  _write_new(task.staging, stats["index_file"], record_files.index_text(spans))
 
 
 def _with_digests(blobs: Iterable[bytes]):
@@ -228,7 +226,7 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
   """write_shard with the shard's catalog partition (a first or full version of --append):
   each image's stamp (catalog.stamp: no image read) and annotation digest are taken as it
   is written, in one read of the runs."""
-  name = naming.shard_name(task.split, task.shard, task.num_shards)
+  name = naming.shard_name(task.split, task.shard, task.num_shards, task.container.suffix)
   stats = new_stats(task.split, task.shard, name)
   items = ((ann, dg, None) for ann, dg in _with_digests(
       runs.select(task.runs, task.lo, task.hi, task.by_records)))
@@ -238,13 +236,15 @@ def write_indexed_shard(task: ShardTask) -> ShardResult:
 def write_segment(task: ShardTask) -> ShardResult:
   """--append: one segment of a kept split (write/segments.py): no file, the earlier file
   kept whole, or a file written from its changes."""
-  name = naming.shard_name(task.split, task.shard, task.num_shards)
+  name = naming.shard_name(task.split, task.shard, task.num_shards, task.container.suffix)
   stats = new_stats(task.split, task.shard, name)
   outcome = segments.segment(task, stats)
   if outcome.kind == "write":
     return write_catalogued(task, stats, [], outcome.items, outcome.earlier)
   if outcome.kind == "kept":
     stats["bytes"] = _size(task.earlier.shard)
+    if task.container.index_files:  # from the kept file (its check passed), not its old index
+      _write_index_file(task, stats, record_files.scan_spans(task.earlier.shard), name)
   else:
     stats["empty"] = True
   _named(task, stats, name)
@@ -261,7 +261,7 @@ def write_catalogued(task: ShardTask, stats: Dict, errors: List[ErrorRecord],
   catalog.checked_range; they passed their check before the run sorted, so one that fails
   now changed during the run, which fails it). Each image's records are those a full run
   writes; ShardResult.entries are the partition's rows."""
-  name = naming.shard_name(task.split, task.shard, task.num_shards)
+  name = naming.shard_name(task.split, task.shard, task.num_shards, task.container.suffix)
   index_name = catalog.index_name(task.split, task.shard, task.num_shards)
   stats["index"] = index_name
   final = paths.child(task.staging, name)  # child: checked where it is written
@@ -275,34 +275,30 @@ def write_catalogued(task: ShardTask, stats: Dict, errors: List[ErrorRecord],
       READ_AHEAD_BYTES)
   entries: List[catalog.Entry] = []
   source = None
-  offset = 0
   try:
-    with _create(partial) as f:
+    with record_files.create(partial, task.container, framed=True) as out:
       for (ann, dg, kept), fetched in ahead:
         done.tick()
+        offset = out.position
         if kept is not None:
           if source is None:
             source = catalog.open_earlier(earlier)
           data = catalog.checked_range(source, kept) if kept.length else b""
           if data is None:
             raise RuntimeError(f"the records of {kept.uri} in {earlier} changed during the run")
-          f.write(data)
+          out.write_framed(data)
           entry = dataclasses.replace(kept, offset=offset)
           entry_errors = entry.error_records()
           stats["reused"] += 1
         else:
           tapped = content_digests.Tapped(fetched)
           result = convert(ann, task.label_map, task.options, tapped)
-          framed, frames = [], []  # written part by part: no image-sized join
+          frames = []
           for record in result.records or ():
-            head, tail = framing(record)
-            framed.extend((head, record, tail))
-            frames.extend((head, tail))
-          for part in framed:
-            f.write(part)
+            frames.extend(out.write(record))
           entry = catalog.Entry(
               key=ann.key, uri=ann.uri, stamp=catalog.stamp(ann.uri), digest=dg, offset=offset,
-              length=sum(len(part) for part in framed),
+              length=out.position - offset,
               records=len(result.records or ()), objects=len(result.labels or ()),
               clipped=result.clipped, reoriented=int(result.reoriented),
               labels=tuple(result.labels or ()), errors=catalog.errors_of(result.errors),
@@ -310,7 +306,6 @@ def write_catalogued(task: ShardTask, stats: Dict, errors: List[ErrorRecord],
               sha=catalog.record_digest(ann.key, ann.uri, frames),
               content=(tapped.digest or "") if result.records is not None else "")
           entry_errors = list(result.errors)
-        offset += entry.length
         _add_entry(stats, entry)
         errors.extend(entry_errors)
         entries.append(entry)
@@ -321,6 +316,7 @@ def write_catalogued(task: ShardTask, stats: Dict, errors: List[ErrorRecord],
     stats["first"] = [packed.identity_hash(entries[0].key), entries[0].key, entries[0].uri]
   found = _indexed_contents(task, entries)
   stats["index_digest"] = _write_index(task.staging, index_name, entries)
+  _write_index_file(task, stats, out.spans, name)
   kill_point("shard")
   _rename(partial, final)
   done.close()
@@ -343,13 +339,24 @@ def _indexed_contents(task: ShardTask, entries: Sequence[catalog.Entry]
 def _write_index(staging: str, name: str, entries: List[catalog.Entry]) -> str:
   """The shard's catalog partition, under a unique name renamed into place (a retry rewrites
   it). Returns its digest (catalog.file_digest), which the manifest records."""
+  data = catalog.encode(entries)
+  _write_new(staging, name, data)
+  return catalog.file_digest(data)
+
+
+def _write_new(staging: str, name: str, data: bytes) -> None:
+  """A small file of the run (an index) under a unique name, renamed into place."""
   final = paths.child(staging, name)
   partial = paths.child(staging, f".part-{uuid.uuid4().hex}-{name}")
-  data = catalog.encode(entries)
-  with _create(partial) as f:
-    f.write(data)
+  if paths.is_remote(partial):
+    from apache_beam.io.filesystems import FileSystems
+    with FileSystems.create(partial) as f:
+      f.write(data)
+  else:
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
   _rename(partial, final)
-  return catalog.file_digest(data)
 
 
 # A writer process costs ~0.3 s to start (0.6 s on a busy machine) and converts ~1,400 images

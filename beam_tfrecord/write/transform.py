@@ -24,7 +24,7 @@ from beam_tfrecord.plan.previous import Previous
 from beam_tfrecord.plan.shard_plan import ShardPlan
 from beam_tfrecord.plan.transform import in_global_window
 from beam_tfrecord.records.model import ImageAnnotation
-from beam_tfrecord.storage import paths, processes
+from beam_tfrecord.storage import paths, processes, record_files
 from beam_tfrecord.storage.processes import InOrder
 from beam_tfrecord.storage.layout import kill_point
 from beam_tfrecord.write import contents
@@ -77,8 +77,10 @@ class _WriteShard(beam.DoFn):
   def __init__(self, staging: str, runs_directory: str, options: EncodeOptions,
                template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE, processes: int = 1,
                min_images: int = 0, remote_images: bool = False,
-               indexing: Indexing = Indexing(), contents_directory: Optional[str] = None):
+               indexing: Indexing = Indexing(), contents_directory: Optional[str] = None,
+               container: record_files.Container = record_files.Container()):
     self.staging, self.runs = staging, runs_directory
+    self.container = container
     self.indexing = indexing
     self.contents_directory = contents_directory
     self.remote_images = remote_images
@@ -134,7 +136,7 @@ class _WriteShard(beam.DoFn):
                      runs.shard_runs(self.runs, split, split_plan.runs_of(shard)), lo, hi,
                      split_plan.by_records, dict(label_map), self.options, self.template,
                      remote_images=self.remote_images, index=self.indexing.index,
-                     contents_directory=self.contents_directory)
+                     contents_directory=self.contents_directory, container=self.container)
     previous = self.indexing.previous
     if previous is not None and split_plan.segments:  # the plan kept the earlier bounds
       if self._checks is None:
@@ -197,8 +199,10 @@ class WriteShards(beam.PTransform):
                options: EncodeOptions, template: str = naming.DEFAULT_SHARD_NAME_TEMPLATE,
                processes: int = 1, min_images: int = 0, remote_images: bool = False,
                spread: bool = True, indexing: Indexing = Indexing(),
-               contents_directory: Optional[str] = None, checks=None):
+               contents_directory: Optional[str] = None, checks=None,
+               container: record_files.Container = record_files.Container()):
     super().__init__()
+    self.container = container  # --file-format, --index-files
     self.indexing = indexing
     self.checks = checks  # --append: AsList of the earlier files' compare.FileCheck
     self.contents_directory = contents_directory
@@ -220,7 +224,7 @@ class WriteShards(beam.PTransform):
                | "Write" >> beam.ParDo(_WriteShard(
                    self.staging, self.runs, self.options, self.template, self.processes,
                    self.min_images, self.remote_images, self.indexing,
-                   self.contents_directory),
+                   self.contents_directory, self.container),
                                        self.label_map, self.plan,
                                        *([self.checks] if self.checks is not None else [])
                                        ).with_outputs(

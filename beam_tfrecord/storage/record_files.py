@@ -1,0 +1,295 @@
+"""The files a shard's records go into (--file-format) and the index files beside them
+(--index-files): written by write/shard_writer.py, read by readback/ and the finalize step.
+
+- tfrecord: records framed one after another (records/tfrecord.py), what tf.data reads.
+- array_record: the array-record package's files (Riegeli chunks and a footer of their
+  offsets), which Grain's ArrayRecordDataSource and TFDS's `as_data_source` read by index.
+  Written as TFDS writes them (core/file_adapters.ArrayRecordFileAdapter: options
+  'group_size:1', one record a chunk, so a random read decodes one record; the package's
+  default zstd:3 compression). The writer takes a local path only: on an object store a
+  shard is written to a local temporary file and then copied through Beam's FileSystems
+  (one more write and read of the shard on the worker's disk).
+
+An index file (tfrecord only) is the text the `tfrecord` package's and NVIDIA DALI's
+`tfrecord2idx` write: a line per record, "OFFSET LENGTH\\n", the byte offset of the record's
+framing and its framed length (12 + data + 4). Both readers split a shard across workers by
+these lines, so they must be exact: written from the offsets the writer has, checked by
+`verify` against the framing read back.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import tempfile
+import uuid
+from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple
+
+from beam_tfrecord.records import tfrecord
+from beam_tfrecord.records.model import InputError
+from beam_tfrecord.storage import files, paths
+
+TFRECORD, ARRAY_RECORD = "tfrecord", "array_record"
+FILE_FORMATS = (TFRECORD, ARRAY_RECORD)
+ARRAY_RECORD_OPTIONS = "group_size:1"  # TFDS's: random access reads one record
+INDEX_SUFFIX = ".idx"
+WRITE_BUFFER_BYTES = 1024 * 1024
+READ_BATCH = 256  # array_record: records read per call (a batch of images, not a shard)
+
+
+@dataclasses.dataclass(frozen=True)
+class Container:
+  """How a run stores its records: the file format, and an index file per TFRecord shard."""
+  file_format: str = TFRECORD
+  index_files: bool = False
+
+  @property
+  def suffix(self) -> str:
+    return "." + self.file_format
+
+
+def index_name(shard: str) -> str:
+  """A shard's index file: its name and '.idx' (readers pair them as `path + '.idx'`)."""
+  return shard + INDEX_SUFFIX
+
+
+def index_text(spans: Sequence[Tuple[int, int]]) -> bytes:
+  return "".join(f"{offset} {length}\n" for offset, length in spans).encode("ascii")
+
+
+def parse_index(data: bytes) -> Optional[List[Tuple[int, int]]]:
+  """An index file's (offset, length) lines, None when it is not one."""
+  spans = []
+  try:
+    for line in data.decode("ascii").splitlines():
+      offset, length = line.split(" ")
+      spans.append((int(offset), int(length)))
+  except ValueError:
+    return None
+  return spans
+
+
+def framed_spans(data: bytes, offset: int) -> List[Tuple[int, int]]:
+  """(offset, framed length) of each record of `data` (whole framed records, checked
+  already), placed at `offset` of their shard."""
+  spans, pos = [], 0
+  while pos < len(data):
+    length = 12 + int.from_bytes(data[pos:pos + 8], "little") + 4
+    spans.append((offset + pos, length))
+    pos += length
+  return spans
+
+
+def scan_spans(uri: str) -> List[Tuple[int, int]]:
+  """(offset, framed length) of each record of a TFRecord shard whose records were checked
+  already (--append: a kept file whose stamp is the one recorded), from their heads alone;
+  a ValueError when the framing does not end at the file's end."""
+  spans, pos = [], 0
+  with files.open_read(uri) if paths.is_remote(uri) else files.open_local(uri, follow=False) \
+      as f:
+    size = f.seek(0, os.SEEK_END)
+    while pos < size:
+      f.seek(pos)
+      head = f.read(8)
+      length = 12 + int.from_bytes(head, "little") + 4
+      if len(head) != 8 or pos + length > size:
+        raise ValueError(f"{uri}: a record is cut short at byte {pos}")
+      spans.append((pos, length))
+      pos += length
+  return spans
+
+
+def check_index(shard: str, index: str) -> Optional[str]:
+  """What is wrong with a TFRecord shard's index file (opened without following a link),
+  None when it has a line 'OFFSET LENGTH' for each record, exactly where the framing puts
+  it (DALI and the `tfrecord` package trust these lines: a wrong one reads garbage or
+  skips records)."""
+  try:
+    with files.open_read(index) if paths.is_remote(index) else \
+        files.open_local(index, follow=False) as f:
+      listed = parse_index(f.read())
+    actual = scan_spans(shard)
+  except (OSError, ValueError, InputError) as e:  # InputError: not a regular file
+    return f"cannot be checked against its shard ({e})"
+  if listed is None:
+    return "not an index file (lines 'OFFSET LENGTH')"
+  if listed != actual:
+    at = next((i for i, (a, b) in enumerate(zip(listed, actual)) if a != b),
+              min(len(listed), len(actual)))
+    return (f"does not match its shard (line {at + 1}; {len(listed)} lines for "
+            f"{len(actual)} records)")
+  return None
+
+
+class ShardFile:
+  """A shard being written: `write` a record (its framing returned: the catalog digests it),
+  `position` the next record's place (bytes for TFRecord, records for ArrayRecord: what a
+  catalog row's offset counts), `spans` each record's (offset, framed length) when the run
+  writes index files."""
+
+  def __init__(self, uri: str, container: Container, framed: bool = False):
+    self.uri, self.container = uri, container
+    self._framed = framed  # ArrayRecord: the framing computed too (the catalog digests it)
+    self.position = 0
+    self.spans: Optional[List[Tuple[int, int]]] = [] if container.index_files else None
+    self._local: Optional[str] = None
+    if container.file_format == ARRAY_RECORD:
+      from array_record.python import array_record_module
+      self._local = uri if not paths.is_remote(uri) else os.path.join(
+          tempfile.gettempdir(), f"beam-tfrecord-{uuid.uuid4().hex}.array_record")
+      _create_new(self._local)  # ours, a new regular file, before the writer opens it
+      self._writer = array_record_module.ArrayRecordWriter(self._local, ARRAY_RECORD_OPTIONS)
+    elif paths.is_remote(uri):
+      from apache_beam.io.filesystems import FileSystems
+      self._f: BinaryIO = FileSystems.create(uri)
+    else:  # a buffer of many records: with the default 8 KB each record was its own write()
+      self._f = os.fdopen(_create_new(uri, keep=True), "wb", buffering=WRITE_BUFFER_BYTES)
+
+  def write(self, record: bytes) -> Tuple[bytes, bytes]:
+    if self._local is not None:
+      self._writer.write(record)
+      self.position += 1
+      return tfrecord.framing(record) if self._framed else (b"", b"")
+    head, tail = tfrecord.framing(record)
+    self._f.write(head)
+    self._f.write(record)  # written part by part: no image-sized join
+    self._f.write(tail)
+    length = len(head) + len(record) + len(tail)
+    if self.spans is not None:
+      self.spans.append((self.position, length))
+    self.position += length
+    return head, tail
+
+  def write_framed(self, data: bytes) -> None:
+    """Whole framed records read from an earlier TFRecord shard (checked), copied as they are."""
+    self._f.write(data)
+    if self.spans is not None:
+      self.spans.extend(framed_spans(data, self.position))
+    self.position += len(data)
+
+  def close(self) -> None:
+    if self._local is None:
+      self._f.close()
+      return
+    self._writer.close()
+    if self._local != self.uri:
+      try:
+        from apache_beam.io.filesystems import FileSystems
+        with open(self._local, "rb") as src, FileSystems.create(self.uri) as dst:
+          shutil.copyfileobj(src, dst, WRITE_BUFFER_BYTES)
+      finally:
+        os.unlink(self._local)
+
+  def abandon(self) -> None:
+    """After a failure: the local temporary file of an object store's shard removed."""
+    if self._local is not None and self._local != self.uri:
+      with contextlib.suppress(Exception):
+        self._writer.close()
+      with contextlib.suppress(OSError):
+        os.unlink(self._local)
+
+
+@contextlib.contextmanager
+def create(uri: str, container: Container, framed: bool = False) -> Iterator[ShardFile]:
+  shard = ShardFile(uri, container, framed)
+  try:
+    yield shard
+  except BaseException:
+    shard.abandon()
+    raise
+  shard.close()
+
+
+def _create_new(path: str, keep: bool = False):
+  """A new regular file at `path` (a unique name in the run's staging directory), created
+  without following a link; its descriptor when `keep`, else closed."""
+  fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) |
+               getattr(os, "O_CLOEXEC", 0), 0o644)
+  if keep:
+    return fd
+  os.close(fd)
+  return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading back
+# ---------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def local_copy(uri: str) -> Iterator[str]:
+  """A local path of the file: itself, or (object stores) a temporary copy, removed after."""
+  if not paths.is_remote(uri):
+    yield uri
+    return
+  fd, tmp = tempfile.mkstemp(suffix="." + ARRAY_RECORD, prefix="beam-tfrecord-")
+  try:
+    with os.fdopen(fd, "wb") as dst, files.open_read(uri) as src:
+      shutil.copyfileobj(src, dst, WRITE_BUFFER_BYTES)
+    yield tmp
+  finally:
+    os.unlink(tmp)
+
+
+class Damaged(ValueError):
+  """A shard file that does not read back whole (what is wrong, in its message)."""
+
+
+def _array_reader(path: str):
+  from array_record.python import array_record_module
+  if not os.path.isfile(path) or os.path.islink(path):
+    raise Damaged(f"{path} is not a regular file")
+  reader = array_record_module.ArrayRecordReader(path)
+  if not reader.ok():
+    why = "truncated or damaged"
+    try:
+      reader.close()  # raises the reader's status
+    except RuntimeError as e:
+      why = str(e).split(";")[0]
+    raise Damaged(f"not a whole ArrayRecord file ({why})")
+  return reader
+
+
+def read_records(uri: str, file_format: str = TFRECORD, limit: Optional[int] = None
+                 ) -> Iterator[bytes]:
+  """The records of one shard (`file_format`: the manifest's), in order, on any file system;
+  a ValueError where the file stops reading back whole (TFRecord CRCs, Riegeli's hashes)."""
+  if file_format == TFRECORD:
+    with files.open_read(uri) as f:
+      count = 0
+      while limit is None or count < limit:
+        record = tfrecord.read_record(f)
+        if record is None:
+          return
+        count += 1
+        yield record
+    return
+  with local_copy(uri) as path:
+    reader = _array_reader(path)
+    try:
+      total = reader.num_records() if limit is None else min(limit, reader.num_records())
+      for start in range(0, total, READ_BATCH):
+        try:
+          batch = reader.read(start, min(start + READ_BATCH, total))
+        except RuntimeError as e:
+          raise Damaged(f"record {start} or after: {str(e).split(';')[0]}") from None
+        yield from batch
+    finally:
+      reader.close()
+
+
+def read_range(path: str, first: int, count: int) -> Optional[List[bytes]]:
+  """Records [first, first + count) of a local ArrayRecord file, None when they cannot be
+  read (fewer, or damaged)."""
+  try:
+    reader = _array_reader(path)
+  except (Damaged, OSError):
+    return None
+  try:
+    if first + count > reader.num_records():
+      return None
+    return list(reader.read(first, first + count)) if count else []
+  except RuntimeError:
+    return None
+  finally:
+    reader.close()
