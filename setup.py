@@ -35,6 +35,7 @@ setup(
         "pyyaml>=6",            # YOLO data.yaml
         "protobuf>=4.21",
         "pyarrow",              # the catalog of versions (storage/catalog.py); Beam pins its range
+        "array-record>=0.5",    # --file-format array_record (storage/record_files.py)
         "rich>=13",             # progress line on terminals
         "pycocotools>=2.0.7",   # --include-masks: COCO polygon/RLE rasterization (the reference)
         "numpy>=1.24",
@@ -45,7 +46,12 @@ setup(
                 # the tests load --layout tfds outputs with TFDS itself (never a runtime need)
                 "tensorflow-datasets>=4.9.4", "importlib_resources>=6",
                 "gcp-storage-emulator>=2026.7",  # tests/storage/test_gcs.py: gs:// offline
-                "matplotlib>=3.7"],  # the tests draw `inspect --plot` too
+                "matplotlib>=3.7",  # the tests draw `inspect --plot` too
+                # tests/e2e/test_readers.py reads outputs with the consumers' own code: Grain
+                # (JAX), the `tfrecord` package and NVIDIA DALI (CPU only; Linux x86-64 wheels)
+                "grain>=0.2", "tfrecord>=1.14",
+                "nvidia-dali-cuda120>=1.40; platform_system == 'Linux' and "
+                "platform_machine == 'x86_64'"],
     },
     entry_points={"console_scripts": ["beam-tfrecord=beam_tfrecord.cli:console"]},
 )

@@ -219,9 +219,9 @@ class ConvertConfig:
       naming.template_fields(self.shard_name_template)
     if self.file_format not in record_files.FILE_FORMATS:
       raise ValueError(f"--file-format must be one of {', '.join(record_files.FILE_FORMATS)}")
-    if self.file_format != record_files.TFRECORD and (self.sink != "shards" or self.append):
+    if self.file_format != record_files.TFRECORD and self.sink != "shards":
       raise ValueError(f"--file-format {self.file_format} needs --sink shards (Beam's sink "
-                       "writes TFRecords), and --append reads TFRecord versions only")
+                       "writes TFRecords)")
     if self.index_files and (self.file_format != record_files.TFRECORD or self.sink != "shards"):
       raise ValueError("--index-files indexes TFRecord shards this tool writes (--sink "
                        "shards); ArrayRecord files carry their own index")

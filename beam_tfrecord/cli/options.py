@@ -151,8 +151,7 @@ def _add_convert_options(parser: argparse.ArgumentParser, with_format: bool = Tr
                       help="tfrecord (default): TFRecord shards, what tf.data reads; "
                       "array_record: ArrayRecord shards (as TFDS writes them), what JAX's Grain "
                       "and TFDS's as_data_source read by index. Same records, plan and "
-                      "manifest; shard names end in .array_record. Not with --append or "
-                      "--sink beam")
+                      "manifest; shard names end in .array_record. Not with --sink beam")
   add(parser, "--index-files", action="store_true",
                       help="write an index beside each TFRecord shard (SHARD.idx, a line "
                       "'OFFSET LENGTH' per record), the file NVIDIA DALI's TFRecord reader and "

@@ -15,7 +15,7 @@ from typing import Dict, List, Mapping, Sequence, Union
 
 from beam_tfrecord.records.manifest import Manifest
 from beam_tfrecord.schemas import views
-from beam_tfrecord.storage import layout
+from beam_tfrecord.storage import layout, record_files
 
 NAME = layout.CARD
 
@@ -117,17 +117,38 @@ def tf_data_snippet(manifest: Union[Manifest, Mapping]) -> str:
             "", "",
             "with tf.io.gfile.GFile(OUTPUT + '/manifest.json') as f:",
             "    shards = json.load(f)['splits'][" + _py(split) + "]['shards']",
-            "files = [OUTPUT + '/' + shard['path'] for shard in shards]",
-            "dataset = tf.data.TFRecordDataset(files).map(parse)",
-            "for example in dataset.take(1):"]
+            "files = [OUTPUT + '/' + shard['path'] for shard in shards]"]
+  if manifest.setting("file_format") == record_files.ARRAY_RECORD:
+    # random access by index: what Grain (grain.python.ArrayRecordDataSource, the same
+    # class) and TFDS's data sources read
+    lines[3:3] = ["from array_record.python.array_record_data_source import "
+                  "ArrayRecordDataSource"]
+    lines += ["source = ArrayRecordDataSource(files)  # source[i]: record i of the split "
+              "(local files)", "for example in [parse(source[0])]:"]
+    count = "print(len(source), 'examples')"
+  else:
+    lines += ["dataset = tf.data.TFRecordDataset(files).map(parse)",
+              "for example in dataset.take(1):"]
+    count = "print(sum(1 for _ in dataset), 'examples')  # reads every record"
   if image_key:
     lines += [f"    image = tf.io.decode_image(example[{_py(image_key)}], "
               "expand_animations=False)",
               "    print(image.shape, sorted(example))"]
   else:
     lines.append("    print(sorted(example))")
-  lines.append("print(sum(1 for _ in dataset), 'examples')  # reads every record")
+  lines.append(count)
   return "\n".join(lines)
+
+
+def torch_lines(manifest: Manifest) -> List[str]:
+  """--index-files: how PyTorch readers take the shards with their index files."""
+  if not manifest.setting("index_files"):
+    return []
+  return ["Each shard has an index beside it (`SHARD.idx`, a line `OFFSET LENGTH` per "
+          "record), so PyTorch readers split and shuffle it across workers: NVIDIA DALI's "
+          "`fn.readers.tfrecord(path=files, index_path=[f + '.idx' for f in files], ...)` "
+          "and the `tfrecord` package's `TFRecordDataset(file, file + '.idx', ...)` "
+          "(docs/readers.md).", ""]
 
 
 def tfds_snippet(manifest: Manifest) -> List[str]:
@@ -139,6 +160,13 @@ def tfds_snippet(manifest: Manifest) -> List[str]:
   labels = "objects" if manifest.schema == "tfds_detection" else None
   names = (f"dataset_info.features[{_py('objects')}][{_py('label')}].names" if labels
            else f"dataset_info.features[{_py('label')}].names")
+  if manifest.setting("file_format") == record_files.ARRAY_RECORD:  # no tf.data: data sources
+    return ["With TensorFlow Datasets' data sources (random access, no tf.data; what JAX and "
+            "PyTorch loaders index):", "", "```python", "import tensorflow_datasets as tfds", "",
+            f"builder = tfds.builder_from_directory({_py(_output(manifest))})",
+            f"source = builder.as_data_source(split={_py(default_split(manifest))})",
+            "print(len(source), sorted(source[0]))  # source[i]: example i, as numpy",
+            "```", ""]
   return ["With TensorFlow Datasets (the keras-io RetinaNet example's loading code, only the "
           "dataset name changed):", "", "```python", "import tensorflow_datasets as tfds", "",
           f"datasets, dataset_info = tfds.load({_py(name)}, split={splits!r}, "
@@ -261,8 +289,11 @@ def render(manifest: Union[Manifest, Mapping]) -> str:
        "one per example" if f.get("kind") == "fixed" else "list")
       for k, f in features.items()], right=3) + [""]
 
-  out += ["## Reading it", "", "With plain TensorFlow (`tf.data`):", "", "```python",
-          tf_data_snippet(manifest), "```", "",
+  fmt = ("With array_record's data source (Grain's is the same) and TensorFlow to parse:"
+         if manifest.setting("file_format") == record_files.ARRAY_RECORD
+         else "With plain TensorFlow (`tf.data`):")
+  out += ["## Reading it", "", fmt, "", "```python",
+          tf_data_snippet(manifest), "```", ""] + torch_lines(manifest) + [
           "With beam-tfrecord (feature spec from `manifest.json`, per-object lists dense):", "",
           "```python", "from beam_tfrecord import reader", "",
           "# a versioned output's DEST (convert --append) reads the version DEST/LATEST "

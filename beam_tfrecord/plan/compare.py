@@ -36,7 +36,7 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 from beam_tfrecord.plan.shard_plan import PARTITION_BITS, Bound, bound_of
 from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import ErrorRecord
-from beam_tfrecord.storage import catalog, paths
+from beam_tfrecord.storage import catalog, paths, record_files
 
 # rows of one earlier file whose records may fail their checks and still be named one by one
 # (the FileCheck is a side input of the sort and the writers); past this, all are re-encoded
@@ -53,6 +53,8 @@ class EarlierFile:
   rows: int                        # as its version recorded them ('' and -1 where not)
   stamp: str
   span: Tuple[int, int]            # the hashes of its base ranges, inclusive
+  file_format: str = record_files.TFRECORD  # its version's --file-format
+  bytes: int = -1                  # its size as its version recorded it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,11 +115,11 @@ def check_file(split: str, f: EarlierFile) -> Tuple[FileCheck, List[ErrorRecord]
   lengths = table.column("length").to_pylist()
   end = max((o + n for o, n in zip(offsets, lengths)), default=0)
   stamp = catalog.file_stamp(f.shard)
-  if _whole(f.shard, end, stamp, f.stamp):
+  if _whole(f, end, stamp):
     return FileCheck(split, f.index, True, stamp), []
   bad: List[int] = []
   try:
-    with catalog.open_earlier(f.shard) as shard:
+    with record_files.EarlierShard(f.shard, f.file_format) as shard:
       # from its columns: an Entry a row held ~700 bytes of a 100k-row partition per process
       check = catalog.check_range
       for row, (key, uri, offset, length, records, sha) in enumerate(zip(
@@ -125,8 +127,8 @@ def check_file(split: str, f: EarlierFile) -> Tuple[FileCheck, List[ErrorRecord]
             for n in ("key", "uri", "offset", "length", "records", "sha")))):
         if length and check(shard, key, uri, offset, length, records, sha) is None:
           bad.append(row)
-    all_bad = len(bad) > MAX_BAD_ROWS
-  except OSError:
+      all_bad = len(bad) > MAX_BAD_ROWS
+  except (OSError, ValueError):  # ValueError: not a whole ArrayRecord file
     all_bad = True
   check = FileCheck(split, f.index, True, stamp, () if all_bad else tuple(bad), all_bad)
   damaged = table.num_rows if all_bad else len(bad)
@@ -144,19 +146,20 @@ def check_task(task: Tuple[str, EarlierFile]) -> Tuple[FileCheck, List[ErrorReco
   return check_file(*task)
 
 
-def _whole(uri: str, end: int, stamp: str, recorded: str) -> bool:
+def _whole(f: EarlierFile, end: int, stamp: str) -> bool:
   """The earlier shard file may be used without reading its records: a regular file (not a
-  link) whose size is where its catalog's last record ends and, locally, whose stamp is the
-  one its version recorded (catalog.file_stamp). An object store's object never changes in
-  place (a new generation), so its size says it."""
+  link) of its recorded size, where its catalog's last record ends (TFRecord: `end` is a
+  byte), and, locally, whose stamp is the one its version recorded (catalog.file_stamp). An
+  object store's object never changes in place (a new generation), so its size says it."""
+  size = end if f.file_format == record_files.TFRECORD else f.bytes
   try:
-    if paths.is_remote(uri):
-      return paths.size_of(uri) == end
-    st = os.lstat(uri)
+    if paths.is_remote(f.shard):
+      return size >= 0 and paths.size_of(f.shard) == size
+    st = os.lstat(f.shard)
   except OSError:
     return False
-  return stat.S_ISREG(st.st_mode) and st.st_size == end and bool(recorded) and \
-      stamp == recorded
+  return stat.S_ISREG(st.st_mode) and st.st_size == size and bool(f.stamp) and \
+      stamp == f.stamp
 
 
 # catalog partitions a worker keeps parsed, by (uri, stamp, digest): a run's partitions meet
@@ -261,11 +264,13 @@ def compare_run(unique: Sequence[packed.Packed], rows: Dict[catalog.Identity, Ro
 
 def earlier_files(split: str, bounds: Sequence[Bound],
                   segments: Sequence[Tuple[int, int]], shards: Sequence[str],
-                  catalogs: Sequence[str], recorded: Sequence[Tuple[str, str, int]]
+                  catalogs: Sequence[str], recorded: Sequence[Tuple[str, str, int]],
+                  file_format: str = record_files.TFRECORD, sizes: Sequence[int] = ()
                   ) -> Tuple[EarlierFile, ...]:
   """The EarlierFiles of one split of the earlier version (plan/previous.Previous's)."""
   return tuple(EarlierFile(i, shard, catalog_uri, digest, rows, file_stamp,
-                           span_of(bounds, first, end))
+                           span_of(bounds, first, end), file_format,
+                           sizes[i] if i < len(sizes) else -1)
                for i, ((first, end), shard, catalog_uri, (file_stamp, digest, rows))
                in enumerate(zip(segments, shards, catalogs, recorded)))
 

@@ -40,6 +40,12 @@ class Previous:
   stamps: Dict[str, Tuple[str, ...]] = dataclasses.field(default_factory=dict)
   index_digests: Dict[str, Tuple[str, ...]] = dataclasses.field(default_factory=dict)
   index_rows: Dict[str, Tuple[int, ...]] = dataclasses.field(default_factory=dict)
+  sizes: Dict[str, Tuple[int, ...]] = dataclasses.field(default_factory=dict)  # shard bytes
+
+  @property
+  def file_format(self) -> str:
+    """Its shards' --file-format (a version from before the option: tfrecord)."""
+    return self.settings.get("file_format") or "tfrecord"
 
   def recorded(self, split: str, shard: int) -> Tuple[str, str, int]:
     """(the shard file's stamp, its catalog partition's digest and row count) as its version
@@ -60,7 +66,8 @@ class Previous:
         split, self.splits[split].bounds, self.splits[split].segments_or_base(),
         [paths.child(self.directory, name) for name in files],
         [paths.child(self.directory, name) if name else "" for name in indexes],
-        [self.recorded(split, i) for i in range(len(files))])
+        [self.recorded(split, i) for i in range(len(files))], self.file_format,
+        self.sizes.get(split, ()))
 
 
 def encode_bound(bound: Bound) -> List[str]:
@@ -98,7 +105,8 @@ def from_manifest(directory: str, manifest: Union[Manifest, Mapping[str, Any]],
     plan = manifest.shard_plan
     if not isinstance(plan, dict):
       raise ValueError("it has no shard_plan (written by an older version)")
-    splits, shards, indexes, images, stamps, digests, rows = {}, {}, {}, {}, {}, {}, {}
+    splits, shards, indexes, images, stamps, digests, rows, sizes = {}, {}, {}, {}, {}, {}, \
+        {}, {}
     for split, entry in plan.items():
       bounds = tuple(decode_bound(b) for b in entry["bounds"])
       planned = tuple(int(n) for n in entry["planned"])
@@ -122,6 +130,7 @@ def from_manifest(directory: str, manifest: Union[Manifest, Mapping[str, Any]],
       digests[split] = _per_file(entry.get("index_digests"), len(files), str, "index_digests")
       rows[split] = _per_file(entry.get("index_rows"), len(files), int, "index_rows")
       shards[split] = tuple(files)
+      sizes[split] = tuple(sh.bytes for sh in manifest.splits[split].shards)
       indexes[split] = tuple(entry.get("indexes") or ("",) * len(files))
       images[split] = manifest.splits[split].images
     settings = dict(manifest.config)
@@ -132,7 +141,7 @@ def from_manifest(directory: str, manifest: Union[Manifest, Mapping[str, Any]],
     raise UsageError(f"{option} {directory}: its manifest.json has no usable shard plan "
                      f"({e})") from None
   return Previous(directory, splits, shards, indexes, label_map, settings, images, stamps,
-                  digests, rows)
+                  digests, rows, sizes)
 
 
 def _per_file(value: Any, files: int, kind: type, name: str) -> Tuple:

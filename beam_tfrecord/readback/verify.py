@@ -247,7 +247,8 @@ def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lo
       problems.extend(found)
       if manifest.setting("index_files"):
         problems.extend(check_index_file(output, name, present, odd))
-  problems.extend(check_indexes(output, manifest, present, skip=odd))
+  problems.extend(check_indexes(output, manifest, present, skip=odd,
+                                file_format=file_format))
   if outputs.LABEL_MAP in listed and outputs.LABEL_MAP in present:
     try:
       from beam_tfrecord import \
@@ -272,7 +273,8 @@ def check_index_file(output: str, shard: str, present, skip=()) -> List[str]:
   return [f"{name}: {problem}"] if problem else []
 
 
-def check_indexes(output: str, manifest, present, skip=()) -> List[str]:
+def check_indexes(output: str, manifest, present, skip=(),
+                  file_format: str = record_files.TFRECORD) -> List[str]:
   """Each catalog partition (--append) against the manifest and its shard: the digest and
   row count the manifest lists, entries that cover the file end to end, and each image's
   byte range holding as many whole framed records as it lists, with the digest it lists. The
@@ -302,20 +304,21 @@ def check_indexes(output: str, manifest, present, skip=()) -> List[str]:
         problems.append(f"{name}: not the partition the manifest lists (digest or rows)")
         continue
       end = 0
+      unit = "byte" if file_format == record_files.TFRECORD else "record"
       try:
-        with catalog.open_earlier(paths.child(output, shard.path)) as f:
+        with record_files.EarlierShard(paths.child(output, shard.path), file_format) as f:
           for e in entries:
             if e.offset != end:
-              problems.append(f"{name}: {e.key} begins at byte {e.offset}, not {end}")
+              problems.append(f"{name}: {e.key} begins at {unit} {e.offset}, not {end}")
               break
             if catalog.checked_range(f, e) is None:
               problems.append(f"{name}: the records of {e.key} are not what it lists")
               break
             end += e.length
           else:
-            if end != shard.bytes:
-              problems.append(f"{name}: lists {end} bytes of {shard.path}'s {shard.bytes}")
-      except OSError as e:
+            if end != f.extent:
+              problems.append(f"{name}: lists {end} {unit}s of {shard.path}'s {f.extent}")
+      except (OSError, ValueError) as e:
         problems.append(f"{name}: {shard.path} cannot be read ({e})")
   return problems
 

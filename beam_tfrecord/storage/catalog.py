@@ -30,7 +30,6 @@ import pyarrow.parquet as pq
 from beam_tfrecord.records import batches
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation, InputError
 from beam_tfrecord.records.packed import identity_hash
-from beam_tfrecord.records.tfrecord import framings
 from beam_tfrecord.storage import files, paths
 
 # "catalog-" is not a prefix of any shard name: `glob("train-*")` never finds a partition
@@ -101,32 +100,26 @@ def record_digest(key: str, uri: str, framings: Sequence[bytes]) -> str:
   return h.hexdigest()
 
 
-def checked_range(f, entry: Entry) -> Optional[bytes]:
-  """The framed records `entry` lists, read from its shard (an open file), or None when they
-  are not what it says (check_range). What the writer checks before it copies a record
-  forward, and what `verify` checks of every row."""
+def checked_range(f, entry: Entry):
+  """The records `entry` lists, read from its shard (a record_files.EarlierShard), or None
+  when they are not what it says (check_range). What the writer checks before it copies a
+  record forward, and what `verify` checks of every row."""
   return check_range(f, entry.key, entry.uri, entry.offset, entry.length, entry.records,
                      entry.sha)
 
 
-def check_range(f, key: str, uri: str, offset: int, length: int, records: int,
-                sha: str) -> Optional[bytes]:
+def check_range(f, key: str, uri: str, offset: int, length: int, records: int, sha: str):
   """checked_range of a row given as its columns' values: None when the range is short, or
-  is not exactly `records` whole framed records with good CRCs, or its digest keyed by the
-  image differs."""
-  try:
-    f.seek(offset)
-    data = f.read(length)
-  except (OSError, ValueError):
+  is not exactly `records` whole records (TFRecord CRCs, ArrayRecord's hashes) whose
+  framings' digest keyed by the image is `sha`; else the records as the shard copies them
+  (record_files.EarlierShard.read_range)."""
+  found = f.read_range(offset, length)
+  if found is None:
     return None
-  if len(data) != length:
+  frames, payload = found
+  if len(frames) != 2 * records or record_digest(key, uri, frames) != sha:
     return None
-  frames = framings(data)
-  if frames is None or len(frames) != 2 * records:
-    return None
-  if record_digest(key, uri, frames) != sha:
-    return None
-  return data
+  return payload
 
 
 SCHEMA = pa.schema([

@@ -161,8 +161,15 @@ class ShardFile:
     self.position += length
     return head, tail
 
-  def write_framed(self, data: bytes) -> None:
-    """Whole framed records read from an earlier TFRecord shard (checked), copied as they are."""
+  def copy(self, payload) -> None:
+    """Records read from an earlier shard of this format (EarlierShard.read_range, checked),
+    copied as they are: framed bytes, or a list of ArrayRecord records."""
+    if self._local is not None:
+      for record in payload:
+        self._writer.write(record)
+      self.position += len(payload)
+      return
+    data = payload
     self._f.write(data)
     if self.spans is not None:
       self.spans.extend(framed_spans(data, self.position))
@@ -236,9 +243,9 @@ class Damaged(ValueError):
 
 
 def _array_reader(path: str):
+  """An ArrayRecordReader of a file opened already (/proc/self/fd/N: the package opens paths
+  itself, following links), Damaged when the file is not whole."""
   from array_record.python import array_record_module
-  if not os.path.isfile(path) or os.path.islink(path):
-    raise Damaged(f"{path} is not a regular file")
   reader = array_record_module.ArrayRecordReader(path)
   if not reader.ok():
     why = "truncated or damaged"
@@ -248,6 +255,77 @@ def _array_reader(path: str):
       why = str(e).split(";")[0]
     raise Damaged(f"not a whole ArrayRecord file ({why})")
   return reader
+
+
+class EarlierShard:
+  """A shard of an earlier version opened to read catalog rows' ranges (offset and length:
+  bytes of framed records in a TFRecord file, record numbers in an ArrayRecord file), not
+  following a link (local files are opened once, and an ArrayRecord file is read through
+  that descriptor: /proc/self/fd/N). `extent` is where its last record ends."""
+
+  def __init__(self, uri: str, file_format: str = TFRECORD):
+    self.file_format = file_format
+    self._copy = None
+    self.reader = None
+    if paths.is_remote(uri) and file_format == ARRAY_RECORD:  # the package reads local files
+      self._copy = local_copy(uri)
+      uri = self._copy.__enter__()
+    try:
+      if paths.is_remote(uri):
+        self._f = files.open_read(uri)
+      else:
+        try:
+          self._f = files.open_local(uri, follow=False)
+        except InputError as e:  # not a regular file: a file that cannot be read
+          raise OSError(str(e)) from None
+      if file_format == ARRAY_RECORD:
+        self.reader = _array_reader(f"/proc/self/fd/{self._f.fileno()}")
+        self.extent = self.reader.num_records()
+      else:
+        self.extent = self._f.seek(0, os.SEEK_END)
+    except BaseException:
+      self.close()
+      raise
+
+  def read_range(self, offset: int, length: int):
+    """(each record's framing: head, tail, head, tail...; the records as a shard copies them:
+    framed bytes of a TFRecord file, a list of records of an ArrayRecord one), or None when
+    the range cannot be read whole (short, CRCs, Riegeli's hashes)."""
+    if self.reader is None:
+      try:
+        self._f.seek(offset)
+        data = self._f.read(length)
+      except (OSError, ValueError):
+        return None
+      if len(data) != length:
+        return None
+      frames = tfrecord.framings(data)
+      return (frames, data) if frames is not None else None
+    if offset < 0 or offset + length > self.extent:
+      return None
+    try:
+      records = list(self.reader.read(offset, offset + length)) if length else []
+    except RuntimeError:
+      return None
+    frames = []
+    for record in records:
+      frames.extend(tfrecord.framing(record))
+    return frames, records
+
+  def close(self) -> None:
+    if self.reader is not None:
+      with contextlib.suppress(RuntimeError):
+        self.reader.close()
+    if getattr(self, "_f", None) is not None:
+      self._f.close()
+    if self._copy is not None:
+      self._copy.__exit__(None, None, None)
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
 
 
 def read_records(uri: str, file_format: str = TFRECORD, limit: Optional[int] = None
@@ -264,32 +342,11 @@ def read_records(uri: str, file_format: str = TFRECORD, limit: Optional[int] = N
         count += 1
         yield record
     return
-  with local_copy(uri) as path:
-    reader = _array_reader(path)
-    try:
-      total = reader.num_records() if limit is None else min(limit, reader.num_records())
-      for start in range(0, total, READ_BATCH):
-        try:
-          batch = reader.read(start, min(start + READ_BATCH, total))
-        except RuntimeError as e:
-          raise Damaged(f"record {start} or after: {str(e).split(';')[0]}") from None
-        yield from batch
-    finally:
-      reader.close()
-
-
-def read_range(path: str, first: int, count: int) -> Optional[List[bytes]]:
-  """Records [first, first + count) of a local ArrayRecord file, None when they cannot be
-  read (fewer, or damaged)."""
-  try:
-    reader = _array_reader(path)
-  except (Damaged, OSError):
-    return None
-  try:
-    if first + count > reader.num_records():
-      return None
-    return list(reader.read(first, first + count)) if count else []
-  except RuntimeError:
-    return None
-  finally:
-    reader.close()
+  with EarlierShard(uri, ARRAY_RECORD) as shard:
+    total = shard.extent if limit is None else min(limit, shard.extent)
+    for start in range(0, total, READ_BATCH):
+      try:
+        batch = shard.reader.read(start, min(start + READ_BATCH, total))
+      except RuntimeError as e:
+        raise Damaged(f"record {start} or after: {str(e).split(';')[0]}") from None
+      yield from batch

@@ -282,11 +282,11 @@ def write_catalogued(task: ShardTask, stats: Dict, errors: List[ErrorRecord],
         offset = out.position
         if kept is not None:
           if source is None:
-            source = catalog.open_earlier(earlier)
-          data = catalog.checked_range(source, kept) if kept.length else b""
+            source = record_files.EarlierShard(earlier, task.container.file_format)
+          data = catalog.checked_range(source, kept) if kept.length else []
           if data is None:
             raise RuntimeError(f"the records of {kept.uri} in {earlier} changed during the run")
-          out.write_framed(data)
+          out.copy(data)
           entry = dataclasses.replace(kept, offset=offset)
           entry_errors = entry.error_records()
           stats["reused"] += 1
