@@ -60,14 +60,23 @@ def records(directory: str):
   """{image/filename: serialized record} of an output, read with TensorFlow."""
   import tensorflow as tf
   manifest = json.loads(Path(directory, "manifest.json").read_text())
+  array = manifest["config"].get("file_format") == "array_record"
   out = {}
   for split in manifest["splits"].values():
     for shard in split["shards"]:
-      for raw in tf.data.TFRecordDataset(os.path.join(directory, shard["path"])):
-        example = tf.train.Example.FromString(raw.numpy())
+      path = os.path.join(directory, shard["path"])
+      if array:  # read with the array_record package's own reader
+        from array_record.python import array_record_module
+        reader = array_record_module.ArrayRecordReader(path)
+        found = reader.read_all()
+        reader.close()
+      else:
+        found = [raw.numpy() for raw in tf.data.TFRecordDataset(path)]
+      for raw in found:
+        example = tf.train.Example.FromString(raw)
         name = example.features.feature["image/filename"].bytes_list.value[0].decode()
         assert name not in out, f"{name} written twice"
-        out[name] = raw.numpy()
+        out[name] = raw
   return out
 
 
