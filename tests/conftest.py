@@ -668,7 +668,7 @@ ONE_WORKER_MODULES = frozenset(f"tests/{name}.py" for name in (
     "e2e/test_atomic_output", "e2e/test_bad_inputs_coco", "e2e/test_bad_inputs_csv",
     "e2e/test_bad_inputs_run_options", "e2e/test_bad_inputs_voc",
     "e2e/test_deeplab_end_to_end", "e2e/test_if_changed", "e2e/test_incremental",
-    "e2e/test_keypoints", "e2e/test_leakage", "e2e/test_output_safety",
+    "e2e/test_keypoints", "e2e/test_leakage", "e2e/test_output_safety", "e2e/test_readers",
     "e2e/test_retried_tasks",
 ))
 

@@ -17,7 +17,7 @@ from beam_tfrecord.plan.shard_plan import (PreviousSplit, bound_of, counts_below
                                            make_plan, partition_of, sizes_of, sort_partition)
 from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
-from beam_tfrecord.storage import catalog
+from beam_tfrecord.storage import catalog, record_files
 from beam_tfrecord.records.tfrecord import framing, framings
 
 
@@ -178,7 +178,7 @@ def test_a_copied_range_is_checked_against_its_index(tmp_path):
     return catalog.Entry(key=key, uri=f"/r/{key}", stamp="s", digest="d", offset=offset,
                          length=length, records=records, sha=sha)
 
-  with open(earlier, "rb") as f:
+  with record_files.EarlierShard(str(earlier)) as f:
     good = entry("a", a_off, len(framed[0]), data=framed[0])
     assert catalog.checked_range(f, good) == framed[0]
     assert catalog.checked_range(f, dataclasses.replace(good, sha="0" * 32)) is None
@@ -189,7 +189,7 @@ def test_a_copied_range_is_checked_against_its_index(tmp_path):
     # a's row, its digest right, over its range with one data byte flipped: the CRC fails
     flipped = bytearray(earlier.read_bytes()); flipped[14] ^= 1
     (tmp_path / "flipped.tfrecord").write_bytes(bytes(flipped))
-    with open(tmp_path / "flipped.tfrecord", "rb") as g:
+    with record_files.EarlierShard(str(tmp_path / "flipped.tfrecord")) as g:
       assert catalog.checked_range(g, good) is None
     # an offset moved by 7 bytes: framing fails; past the end; a wrong record count
     assert catalog.checked_range(f, dataclasses.replace(good, offset=7)) is None

@@ -30,7 +30,7 @@ from beam_tfrecord.plan import naming, shard_plan
 from beam_tfrecord.plan.transform import _PlanFn, _SortRuns
 from beam_tfrecord.records import packed
 from beam_tfrecord.records.model import Box, ImageAnnotation, ObjectAnnotation
-from beam_tfrecord.storage import catalog
+from beam_tfrecord.storage import catalog, record_files
 from beam_tfrecord.write import shard_writer
 from beam_tfrecord.write.encode import EncodeOptions
 from beam_tfrecord.write.transform import Indexing, _WriteShard
@@ -127,7 +127,7 @@ def _check(results, task, plan, staging: Path, ds) -> None:
       [("size_mismatch", ds.images[WRONG_SIZE].file_name)])
   if task.index:  # the index describes the shard left: every range checked against it
     entries = catalog.read(str(staging / index))
-    with catalog.open_earlier(str(staging / name)) as f:
+    with record_files.EarlierShard(str(staging / name)) as f:
       for entry in entries:
         assert catalog.checked_range(f, entry) is not None, entry.identity
     assert sum(e.records for e in entries) == len(records)
