@@ -54,7 +54,7 @@ def test_array_record_files_read_back_by_the_package_and_by_range(tmp_path):
   assert positions == list(range(len(RECORDS))) and out.position == len(RECORDS)
   reader = array_record_module.ArrayRecordReader(str(path))
   assert reader.read_all() == RECORDS
-  assert reader.writer_options_string().startswith("group_size:1,uncompressed")
+  assert set(reader.writer_options_string().split(",")) >= {"group_size:1", "uncompressed"}
   reader.close()
   assert list(record_files.read_records(str(path), ARRAY_RECORD)) == RECORDS
   assert list(record_files.read_records(str(path), ARRAY_RECORD, limit=2)) == RECORDS[:2]
