@@ -199,13 +199,14 @@ FRAME_STAGES: Tuple[Tuple[str, Optional[str]], ...] = (
     ("_Encode.", ENCODE),
     # frame and write: TFRecord framing and CRC32C (records/tfrecord.py), the shard writer's
     # loop and file writes (write/shard_writer.write_shard: its own lines), the shard's
-    # progress counter, the catalog of versions (--append: the partition written, an earlier
+    # progress counter, the shard file of its --file-format, the catalog of versions (--append: the partition written, an earlier
     # file kept or rewritten: write/segments), the DoFn that hands shards to writer processes
     ("ShardCounter.", WRITE),
     ("(beam_tfrecord/records/tfrecord.py", WRITE),
     ("(beam_tfrecord/write/shard_writer.py", WRITE),
     ("(beam_tfrecord/write/segments.py", WRITE),
     ("(beam_tfrecord/storage/catalog.py", WRITE),
+    ("(beam_tfrecord/storage/record_files.py", WRITE),
     ("(beam_tfrecord/write/transform.py", WRITE),
     ("_WriteShard.", WRITE),
     # the write's set-up: gc.collect + malloc_trim, once per DoFn instance

@@ -215,7 +215,7 @@ def test_setup_py_declares_what_the_workers_import():
               "pandas": "pandas", "google_crc32c": "google-crc32c", "ijson": "ijson",
               "defusedxml": "defusedxml", "google": "protobuf", "rich": "rich",
               "numpy": "tensorflow", "yaml": "pyyaml", "pycocotools": "pycocotools",
-              "matplotlib": "matplotlib", "pyarrow": "pyarrow",
+              "matplotlib": "matplotlib", "pyarrow": "pyarrow", "array_record": "array-record",
               "requests": "apache-beam"}  # google-cloud-storage's transport (apache-beam[gcp])
   # imported inside a function only, for `inspect --plot`: an extra, not a worker requirement
   optional = {"matplotlib": "plots"}
@@ -260,6 +260,7 @@ EXAMPLES = {  # a realistic value per template parameter
     "output": "gs://demo-bucket/tfrecords/coco2017",
     "label_map": "gs://demo-bucket/label_map.pbtxt",
     "layout": "tfds", "dataset_name": "my_boxes", "dataset_version": "1.2.0",
+    "file_format": "array_record", "index_files": "true",
     "classes": "person,car", "class_map": "cat=pet,dog=pet",
     "classes_file": "gs://demo-bucket/model_data/voc_classes.txt",
     "class_descriptions": "gs://demo-bucket/oid/class-descriptions-boxable.csv",

@@ -11,7 +11,7 @@ import pytest
 
 from beam_tfrecord import cli
 from beam_tfrecord.plan import shard_plan
-from beam_tfrecord.write import shard_writer
+from beam_tfrecord.records import tfrecord
 
 IMAGES = 8
 SHARD_NAME = re.compile(r"^[A-Za-z0-9_.-]+-\d{5}-of-\d{5}\.tfrecord$")
@@ -138,11 +138,11 @@ def test_manifest_written_last(reshard):
 # A transient failure inside the shard writer, retried by the runner
 
 _INJECT = {"armed": False, "calls": 0, "fail_at": 0, "failures": 0, "always": False}
-_REAL_FRAMING = shard_writer.framing
+_REAL_FRAMING = tfrecord.framing
 
 
 def _flaky_framing(value):
-  """Stands in for shard_writer.framing: raises at the fail_at-th record (once, or always),
+  """Stands in for tfrecord.framing (the shard file's, storage/record_files): raises at the fail_at-th record (once, or always),
   after the shard's earlier records went to its partial file."""
   _INJECT["calls"] += 1
   if _INJECT["armed"] and _INJECT["calls"] >= _INJECT["fail_at"]:
@@ -155,7 +155,7 @@ def _flaky_framing(value):
 
 def _arm(monkeypatch, fail_at: int, always: bool) -> None:
   _INJECT.update(armed=True, calls=0, fail_at=fail_at, failures=0, always=always)
-  monkeypatch.setattr(shard_writer, "framing", _flaky_framing)
+  monkeypatch.setattr(tfrecord, "framing", _flaky_framing)
 
 
 @pytest.fixture(scope="module")

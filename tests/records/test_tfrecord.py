@@ -15,7 +15,7 @@ def test_framing_is_the_tfrecord_framing_of_beam_and_tensorflow(tmp_path):
   import tensorflow as tf
   from apache_beam.io.tfrecordio import _TFRecordUtil
 
-  from beam_tfrecord.write.shard_writer import framing
+  from beam_tfrecord.records.tfrecord import framing
   records = [b"", b"x", bytes(range(256)) * 40]
   beam_bytes = io.BytesIO()
   for record in records:
