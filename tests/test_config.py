@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 
 import bad_data as bd
 import pytest
@@ -115,3 +116,25 @@ def test_images_count_mismatch_is_one_line_and_exit_2(tmp_path, capsys):
       "beam-tfrecord: error: 3 --images without SPLIT= for 2 --input: give one for all "
       "inputs, one per --input (paired in order), or SPLIT=DIR"]
   assert not out.exists()
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"file_format": "parquet"}, "--file-format must be one of tfrecord, array_record"),
+    ({"file_format": "array_record", "sink": "beam"}, "needs --sink shards"),
+    ({"index_files": True, "file_format": "array_record"}, "--index-files indexes TFRecord"),
+    ({"index_files": True, "sink": "beam"}, "--index-files indexes TFRecord"),
+])
+def test_record_file_settings_that_cannot_be_written_are_refused(settings, words):
+  with pytest.raises(ValueError, match=re.escape(words)):
+    ConvertConfig(format="coco", inputs=["a.json"], output="/o", **settings).validate()
+
+
+def test_array_record_names_its_shards_and_tfds_files():
+  """The default names end in .array_record; --layout tfds names them as TFDS does."""
+  flat = resolve(ConvertConfig(format="coco", inputs=["a.json"], output="/o",
+                               file_format="array_record"))
+  assert flat.shard_name_template == "{split}-{index:05d}-of-{num_shards:05d}.array_record"
+  tfds = resolve(ConvertConfig(format="coco", inputs=["a.json"], output="/o", layout="tfds",
+                               dataset_name="boxes", file_format="array_record"))
+  assert tfds.shard_name_template.format(split="train", index=0, num_shards=2) == \
+      "boxes-train.array_record-00000-of-00002"
