@@ -8,7 +8,11 @@ their COCO JSON without the delay, then, with the delay on, times in this proces
   ahead     the shard writer's read path (prefetch of encode.fetch), without Beam
   tool-1    beam-tfrecord convert gs:// -> local with read-ahead and batched lookups off
   tool      the same with the defaults
-The two tool outputs must be byte-identical (and equal a local conversion of the same files).
+  out-tfrecord, out-array_record
+            local images -> a gs:// output, TFRecord and --file-format array_record (written
+            to a local file, then copied up: issue 41)
+The two tool outputs must be byte-identical (and equal a local conversion of the same files),
+and the gs:// outputs' records equal it too.
 
   python benchmarks/gcs_latency.py --images 400 --latency-ms 20 --repeats 3
 """
@@ -170,7 +174,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   work = tempfile.mkdtemp(prefix="gcs-latency-")
   from apache_beam.io.filesystems import FileSystems
   names = sorted(n for n in os.listdir(data.images_dir))[: args.images]
-  results: Dict[str, List[float]] = {"serial": [], "ahead": [], "tool-1": [], "tool": []}
+  results: Dict[str, List[float]] = {"serial": [], "ahead": [], "tool-1": [], "tool": [],
+                                     "out-tfrecord": [], "out-array_record": []}
   digests: Dict[str, set] = {"tool-1": set(), "tool": set(), "local": set()}
   try:
     with emulator() as proxy:
@@ -190,6 +195,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 f"--output={local}"], None)
       digests["local"].add(_digest(local))
       proxy.delay = args.latency_ms / 1000
+      same_records = True
       for rep in range(args.repeats):
         start = time.perf_counter()
         for name in names:
@@ -212,6 +218,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           results[row].append(_convert(common + [f"--output={out}"], ahead))
           digests[row].add(_digest(out))
           shutil.rmtree(out, ignore_errors=True)
+        for fmt in ("tfrecord", "array_record"):  # local images, a gs:// output
+          out = f"gs://{BUCKET}/out-{fmt}-{rep}"
+          results[f"out-{fmt}"].append(_convert(
+              ["convert", "--format=coco", f"--input=train={data.annotations}",
+               f"--images={data.images_dir}", "--num-shards=2", "--runner=FnApiRunner",
+               f"--file-format={fmt}", f"--output={out}"], None))
+          same_records &= _remote_records(out, fmt) == _local_records(local)
         print(f"  [{rep + 1}/{args.repeats}] " + "  ".join(
             f"{k} {v[-1]:.2f} s" for k, v in results.items()), flush=True)
   finally:
@@ -229,7 +242,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         f"serial reads, {med['tool-1'] / med['tool']:.1f}x faster than the serial writer")
   print(f"  shards identical (defaults, serial writer, local conversion): "
         f"{'yes' if identical else 'NO'}")
-  return 0 if identical else 1
+  print(f"  local images to a gs:// output: TFRecord {med['out-tfrecord']:7.2f} s, "
+        f"ArrayRecord {med['out-array_record']:7.2f} s "
+        f"({med['out-array_record'] / med['out-tfrecord']:.2f}x); their records equal the "
+        f"local conversion's: {'yes' if same_records else 'NO'}")
+  return 0 if identical and same_records else 1
+
+
+def _local_records(directory: str) -> List[bytes]:
+  from beam_tfrecord.storage import record_files
+  return [r for n in sorted(os.listdir(directory)) if n.endswith(".tfrecord")
+          for r in record_files.read_records(os.path.join(directory, n))]
+
+
+def _remote_records(output: str, file_format: str) -> List[bytes]:
+  import json
+
+  from apache_beam.io.filesystems import FileSystems
+
+  from beam_tfrecord.storage import record_files
+  with FileSystems.open(f"{output}/manifest.json", compression_type="uncompressed") as f:
+    shards = sorted(s["path"] for split in json.load(f)["splits"].values()
+                    for s in split["shards"])
+  return [r for name in shards
+          for r in record_files.read_records(f"{output}/{name}", file_format)]
 
 
 if __name__ == "__main__":
