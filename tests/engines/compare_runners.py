@@ -60,7 +60,8 @@ def sources(root: Path) -> Dict[str, List[str]]:
 
 def small_sources(root: Path) -> Dict[str, List[str]]:
   """{name: convert arguments} of one small generated dataset in three formats: COCO with
-  masks (every kind of segmentation), VOC (two shards) and YOLO; what the engines tests run."""
+  masks (every kind of segmentation), VOC (two shards, ArrayRecord files) and YOLO (index
+  files); what the engines tests run."""
   import coco_masks  # noqa: E402  (tests/, on sys.path above)
   import conftest  # noqa: E402
   import layouts  # noqa: E402
@@ -70,8 +71,9 @@ def small_sources(root: Path) -> Dict[str, List[str]]:
   return {
       "coco-masks": ["--format=coco", f"--input={masks}", f"--images={masks.parent / 'images'}",
                      "--include-masks"],
-      "voc": ["--format=voc", *ds.inputs("voc"), "--num-shards=2"],
-      "yolo": ["--format=yolo", f"--input={yolo}"],
+      "voc": ["--format=voc", *ds.inputs("voc"), "--num-shards=2",
+              "--file-format=array_record"],
+      "yolo": ["--format=yolo", f"--input={yolo}", "--index-files"],
   }
 
 
@@ -172,7 +174,8 @@ def beside_direct(inputs: Dict[str, List[str]], root: Path, engine: str,
     else:
       for said in (f"(Beam {BEAM_VERSION}, process)", *says):
         assert said in on_engine[name].stderr, (name, said)
-      shards = sorted((root / name / folder).glob("*.tfrecord"))
+      shards = sorted(p for p in (root / name / folder).iterdir()
+                      if p.suffix in (".tfrecord", ".array_record"))
       assert shards and all(p.stat().st_size > 0 for p in shards), name
       problems += [f"{name}: {d}" for d in
                    differences(root / name / "direct", root / name / folder)]
