@@ -471,6 +471,17 @@ def journal_refusal(output: str) -> Optional[str]:
   return None
 
 
+def _shard_kind(manifest: Manifest) -> str:
+  """What the shards are besides TFRecords: another --file-format, --index-files ('' if
+  neither)."""
+  kinds = []
+  if (manifest.setting("file_format") or "tfrecord") != "tfrecord":
+    kinds.append(manifest.setting("file_format"))
+  if manifest.setting("index_files"):
+    kinds.append("index files")
+  return ", ".join(kinds)
+
+
 def append_line(incremental: Dict) -> str:
   """--append's line of the summary: what the version did with the one before."""
   images, shards = incremental["images"], incremental["shards"]
@@ -507,9 +518,10 @@ def summary(manifest: Union[Manifest, Dict], output: str,
                  f"{entry.num_shards:>8}{entry.bytes / 1e6:>10.2f}")
   written = (f"images {totals['examples']}" if per_image else
              f"records {totals['examples']} (of {totals['images']} images)")
+  kind = _shard_kind(manifest)
   lines.append(f"  {written}, objects {totals['objects']}, classes "
                f"{len(manifest.label_map)}, shards "
-               f"{manifest.num_shards}, clipped boxes "
+               f"{manifest.num_shards}{f' ({kind})' if kind else ''}, clipped boxes "
                f"{totals['clipped_boxes']}, errors {errors.count - warnings}"
                + (f", warnings {warnings}" if warnings else "")
                + (f", {seconds:.1f} s" if seconds is not None else ""))

@@ -330,3 +330,13 @@ def test_gcs_array_record_and_index_files(tmp_path, capsys):
       assert record_files.check_index(index[:-len(".idx")], index) is None
   assert remote == [r for p in _shards(tmp_path / "here")
                     for r in record_files.read_records(str(p), record_files.ARRAY_RECORD)]
+
+
+def test_the_summary_names_the_record_files(outputs):
+  from beam_tfrecord.finalize import output
+  from beam_tfrecord.readback.views import read_manifest
+  lines = {name: output.summary(read_manifest(str(outputs[name])), "OUT")
+           for name in ("tfrecord", "array_record", "tfds_tfrecord")}
+  assert "shards 4 (index files)," in lines["tfrecord"]
+  assert "shards 4 (array_record)," in lines["array_record"]
+  assert "shards 4, clipped" in lines["tfds_tfrecord"]
