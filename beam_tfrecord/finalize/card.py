@@ -238,9 +238,12 @@ def render(manifest: Union[Manifest, Mapping]) -> str:
   splits, totals, errors = manifest.splits, manifest.totals, manifest.errors
   label_map = manifest.label_map
   split = default_split(manifest)
+  array_record = manifest.setting("file_format") == record_files.ARRAY_RECORD
 
   out = [f"# {_text(name)}: dataset card", "",
-         f"TFRecord files of `tf.train.Example`, converted by beam-tfrecord "
+         f"{'ArrayRecord' if array_record else 'TFRecord'} files of `tf.train.Example`"
+         f"{' (each with an index file)' if manifest.setting('index_files') else ''}, "
+         f"converted by beam-tfrecord "
          f"{manifest.version or '?'} on {manifest.created or '?'}. "
          f"Status: **{manifest.status or '?'}**. This card is generated from "
          f"`manifest.json`, which has the same numbers for programs.", ""]

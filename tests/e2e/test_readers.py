@@ -276,8 +276,10 @@ def test_the_readback_commands_read_array_record(outputs, tmp_path):
 def test_the_card_says_how_to_read_each_format(outputs):
   card = (outputs["array_record"] / "README.md").read_text()
   assert "ArrayRecordDataSource" in card and "TFRecordDataset" not in card
+  assert "ArrayRecord files of `tf.train.Example`, converted" in card
   card = (outputs["tfrecord"] / "README.md").read_text()
   assert "TFRecordDataset" in card and ".idx" in card
+  assert "TFRecord files of `tf.train.Example` (each with an index file), converted" in card
   # the card's snippet for ArrayRecord runs as written and counts every record
   snippet = card_snippet(outputs["array_record"] / "README.md")
   done = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True,
