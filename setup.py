@@ -35,7 +35,11 @@ setup(
         "pyyaml>=6",            # YOLO data.yaml
         "protobuf>=4.21",
         "pyarrow",              # the catalog of versions (storage/catalog.py); Beam pins its range
-        "array-record>=0.5",    # --file-format array_record (storage/record_files.py)
+        # --file-format array_record (storage/record_files.py). Below 0.8.3: from 0.8.3 the
+        # package's writer goes through a 16 MB buffer it does not let us size, and the kernel's
+        # copy from it cost 1.28-1.32x TFRecord's wall time against 0.8.2's 1.10-1.17x
+        # (benchmarks/run.py, 20,000 photos; docs/performance.md#arrayrecord). Same file bytes.
+        "array-record>=0.5,<0.8.3",
         "rich>=13",             # progress line on terminals
         "pycocotools>=2.0.7",   # --include-masks: COCO polygon/RLE rasterization (the reference)
         "numpy>=1.24",

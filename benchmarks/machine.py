@@ -96,15 +96,31 @@ def describe(lscpu_text: Optional[str] = None) -> Dict[str, object]:
     result["cpus"] = os.cpu_count()
   memory = memory_bytes()
   result.update({"kernel": f"{platform.system()} {platform.release()}",
-                 "python": platform.python_version(),
+                 "python": platform.python_version(), "packages": package_versions(),
                  "memory_gb": round(memory / 1e9, 1) if memory else None,
                  "lscpu": bool(lscpu_text)})
   return result
 
 
+# what a figure depends on besides the machine: array-record 0.8.3+ writes through a 16 MB buffer
+# that made ArrayRecord shards 1.3x TFRecord's wall time here, 0.8.2 1.1-1.2x (performance.md)
+PACKAGES = ("apache-beam", "tensorflow", "pillow", "array-record")
+
+
+def package_versions(names=PACKAGES) -> Dict[str, Optional[str]]:
+  from importlib import metadata
+  found: Dict[str, Optional[str]] = {}
+  for name in names:
+    try:
+      found[name] = metadata.version(name)
+    except metadata.PackageNotFoundError:
+      found[name] = None
+  return found
+
+
 def summary(machine: Dict) -> str:
   """One line: "AMD EPYC, 2 CPUs, 1 thread per core, L2 1 MiB (2 instances), ...; 24.6 GB
-  RAM; Linux 6.8.0; Python 3.11.9"."""
+  RAM; Linux 6.8.0; Python 3.11.9; apache-beam 2.78.0; ...; array-record 0.8.2"."""
   cpu = [machine.get("model_name") or "unknown CPU", f"{machine.get('cpus')} CPUs"]
   if machine.get("threads_per_core"):
     threads = machine["threads_per_core"]
@@ -118,6 +134,8 @@ def summary(machine: Dict) -> str:
   if machine.get("memory_gb"):
     parts.append(f"{machine['memory_gb']} GB RAM")
   parts += [machine.get("kernel", ""), f"Python {machine.get('python', '')}"]
+  parts += [f"{name} {version}" for name, version in (machine.get("packages") or {}).items()
+            if version]
   return "; ".join(p for p in parts if p)
 
 

@@ -65,6 +65,10 @@ def test_describe_parses_lscpu():
   line = machine.summary(found)
   assert line.startswith("AMD EPYC, 2 CPUs, 1 thread per core, L1d 64 KiB (2 instances)")
   assert f"Python {found['python']}" in line
+  # the packages a figure depends on are named with their versions
+  from importlib import metadata
+  assert f"array-record {metadata.version('array-record')}" in line
+  assert found["packages"]["apache-beam"] == metadata.version("apache-beam")
 
 
 def test_describe_without_lscpu_still_names_the_cores():
