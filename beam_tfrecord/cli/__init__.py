@@ -6,7 +6,7 @@
   convert_config.py  the ConvertConfig of convert's options
   convert.py         convert's run: checks, lock, pipeline, waiting for the job
   outcome.py         the summary, the outcome's line and the exit code of a finished run
-  process.py         private temporary folders, SIGTERM, gc around a run
+  process.py         one BLAS thread, private temporary folders, SIGTERM, gc around a run
   demo.py            the demo
   read_only.py       inspect, show, verify (never import Beam)
   library_logs.py    what TensorFlow, absl and Beam may print (nothing, unless asked)
@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from beam_tfrecord.cli import convert_config, demo, library_logs, read_only
+from beam_tfrecord.cli import convert_config, demo, library_logs, process, read_only
 from beam_tfrecord.cli.beam_options import check_beam_args, check_runner
 from beam_tfrecord.cli.convert import run_convert
 from beam_tfrecord.cli.demo import DEMO_MARKER, claim_demo_folder
@@ -53,6 +53,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
+  process.one_blas_thread()  # before numpy is imported
   argv = list(sys.argv[1:] if argv is None else argv)
   files.forget_listings()  # one command, one run: object-store listings are cached for it
   parser = make_parser()
