@@ -26,7 +26,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 from beam_tfrecord.errors import UsageError, named_few
 from beam_tfrecord.records.manifest import Leakage, Manifest
-from beam_tfrecord.storage import files, paths
+from beam_tfrecord.storage import files, paths, record_files
 from beam_tfrecord.storage.layout import (JOURNAL, LABEL_MAP, LABELS_TXT, LOCK, MANIFEST,  # noqa: F401
                                           OWN_PREFIX, RUN_PREFIX, WORK, kill_point,
                                           local_work_dir, run_dir)
@@ -475,8 +475,8 @@ def _shard_kind(manifest: Manifest) -> str:
   """What the shards are besides TFRecords: another --file-format, --index-files ('' if
   neither)."""
   kinds = []
-  if (manifest.setting("file_format") or "tfrecord") != "tfrecord":
-    kinds.append(manifest.setting("file_format"))
+  if record_files.file_format_of(manifest) != record_files.TFRECORD:
+    kinds.append(record_files.file_format_of(manifest))
   if manifest.setting("index_files"):
     kinds.append("index files")
   return ", ".join(kinds)

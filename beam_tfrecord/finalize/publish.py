@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 from beam_tfrecord.plan import naming
 from beam_tfrecord.records.manifest import Manifest
 from beam_tfrecord.records.tfrecord import read_record
-from beam_tfrecord.storage import paths, record_files, versions
+from beam_tfrecord.storage import files, paths, record_files, versions
 from beam_tfrecord.storage.layout import MANIFEST, OWN_PREFIX, kill_point
 from beam_tfrecord.storage import catalog
 
@@ -166,7 +166,7 @@ def check_version(directory: str, manifest: Manifest, kept: Iterable[str] = ()) 
           return f"{shard.path} holds {size} bytes, not {shard.bytes}"
         if shard.path in kept:
           continue
-        count = _count_records(uri, manifest.setting("file_format") or record_files.TFRECORD)
+        count = _count_records(uri, record_files.file_format_of(manifest))
         if shard.examples is not None and count != shard.examples:
           return f"{shard.path} holds {count} records, not {shard.examples}"
         if manifest.setting("index_files"):  # written from the offsets: checked as verify does
@@ -184,15 +184,11 @@ def _count_records(uri: str, file_format: str) -> int:
   they fail), opened without following a link."""
   if file_format == record_files.TFRECORD:
     count = 0
-    with catalog.open_earlier(uri) as f:
+    with files.open_earlier(uri) as f:
       while read_record(f) is not None:
         count += 1
     return count
-  with record_files.EarlierShard(uri, file_format) as f:
-    for start in range(0, f.extent, record_files.READ_BATCH):
-      if f.read_range(start, min(record_files.READ_BATCH, f.extent - start)) is None:
-        raise ValueError(f"records from {start} do not read back whole")
-    return f.extent
+  return sum(1 for _ in record_files.read_records(uri, file_format))  # opened as EarlierShard
 
 
 def publish(dest: str, run_directory: str, number: int, base: Optional[int],

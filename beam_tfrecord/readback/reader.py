@@ -58,7 +58,7 @@ def load(output: str, split: str = "train", dense: bool = True):
     return parsed
 
   files = _shard_files(directory, split, manifest)
-  if views.file_format(manifest) == record_files.ARRAY_RECORD:  # read in order, as tf.data does
+  if record_files.file_format_of(manifest) == record_files.ARRAY_RECORD:  # read in order, as tf.data does
     records = tf.data.Dataset.from_generator(
         lambda: (r for f in files for r in record_files.read_records(f, record_files.ARRAY_RECORD)),
         output_signature=tf.TensorSpec((), tf.string))

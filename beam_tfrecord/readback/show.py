@@ -20,7 +20,7 @@ from PIL import Image, ImageDraw, ImageFont
 from beam_tfrecord.finalize import card
 from beam_tfrecord.readback import views
 from beam_tfrecord.records.manifest import Manifest
-from beam_tfrecord.storage import versions
+from beam_tfrecord.storage import record_files, versions
 
 TILE = 256           # each image is scaled to fit TILE x TILE
 PAD = 6              # between tiles
@@ -200,19 +200,19 @@ def sample(output: str, manifest: Union[Manifest, Mapping], split: str, n: int,
   view = views.resolve(manifest)
   names = views.class_names(manifest)
   shards = views.shard_paths(output, manifest, split)
-  file_format = views.file_format(manifest)
+  file_format = record_files.file_format_of(manifest)
   if all(count is not None for _, count in shards):
     records = []
     for shard, wanted in pick([c for _, c in shards], n, seed).items():
       keep = set(wanted)
-      for i, record in enumerate(views.read_records(shards[shard][0], wanted[-1] + 1,
-                                                          file_format)):
+      for i, record in enumerate(record_files.read_records(shards[shard][0], file_format,
+                                                           wanted[-1] + 1)):
         if i in keep:
           records.append(record)
   else:  # per-shard counts unknown: one pass with reservoir sampling
     rng, records, seen = random.Random(seed), [], 0
     for uri, _ in shards:
-      for record in views.read_records(uri, file_format=file_format):
+      for record in record_files.read_records(uri, file_format):
         seen += 1
         if len(records) < n:
           records.append(record)

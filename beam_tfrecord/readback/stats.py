@@ -14,7 +14,7 @@ import pandas as pd
 
 from beam_tfrecord.readback import views
 from beam_tfrecord.records.manifest import Manifest
-from beam_tfrecord.storage import versions
+from beam_tfrecord.storage import record_files, versions
 
 # COCO's area bands (cocoapi's COCOeval areaRng), applied here to box area in pixels.
 SMALL, MEDIUM = 32 ** 2, 96 ** 2
@@ -37,10 +37,10 @@ def frames(output: str, manifest: Union[Manifest, Mapping]
   view = views.resolve(manifest)
   names = views.class_names(manifest)
   records, boxes = [], []
-  file_format = views.file_format(manifest)
+  file_format = record_files.file_format_of(manifest)
   for split in manifest.splits:
     for uri, _ in views.shard_paths(output, manifest, split):
-      for i, serialized in enumerate(views.read_records(uri, file_format=file_format)):
+      for i, serialized in enumerate(record_files.read_records(uri, file_format)):
         entry = views.item(views.parse(serialized), view, names, f"{uri}#{i}")
         width, height = entry.size()
         # a class mask's objects are its classes, each boxed around its pixels

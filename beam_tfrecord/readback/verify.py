@@ -19,7 +19,6 @@ from typing import Dict, List, Optional, Tuple
 from beam_tfrecord.finalize import output as outputs
 from beam_tfrecord.records import tfrecord
 from beam_tfrecord.records.manifest import Manifest
-from beam_tfrecord.readback import views
 from beam_tfrecord.storage import files, paths, record_files, versions
 
 RECORD_FILE = re.compile(r"(\.tfrec|\.tfrecord|\.tfrecords|\.array_record)$|-\d{5}-of-\d{5}")
@@ -225,7 +224,7 @@ def _check(output: str, number: Optional[int], dest: str, repair: bool, break_lo
         RECORD_FILE.search(name) or (ours is not None and ours.match(name))):
       problems.append(f"{name}: stray record file, not in the manifest")
   spec = reader.feature_description(manifest)
-  file_format = views.file_format(manifest)
+  file_format = record_files.file_format_of(manifest)
   total = 0
   for split, entry in manifest.splits.items():
     listed_examples = [s.examples for s in entry.shards]

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from beam_tfrecord.records import protos
 from beam_tfrecord.records.manifest import Manifest
 from beam_tfrecord.schemas.views import (KEYPOINTS_X_Y, KEYPOINTS_YX,  # noqa: F401
                                           NORMALIZED_CORNERS, NORMALIZED_YXYX, PIXEL_XYWH,
                                           VIEWS, View, renames, resolve)
-from beam_tfrecord.storage import paths, record_files
+from beam_tfrecord.storage import paths
 
 # ---------------------------------------------------------------------------------------------
 # Reading records
@@ -48,18 +48,6 @@ def shard_paths(output: str, manifest: Union[Manifest, Mapping],
   if split not in manifest.splits:
     raise KeyError(f"split {split!r} not in {output}; it has {sorted(manifest.splits)}")
   return [(paths.join(output, s.path), s.examples) for s in manifest.splits[split].shards]
-
-
-def file_format(manifest: Union[Manifest, Mapping]) -> str:
-  """The format of an output's shards (--file-format; outputs from before it: TFRecord)."""
-  return Manifest.of(manifest).setting("file_format") or record_files.TFRECORD
-
-
-def read_records(uri: str, limit: Optional[int] = None,
-                 file_format: str = record_files.TFRECORD) -> Iterator[bytes]:
-  """The records of one shard (TFRecord CRCs or ArrayRecord hashes checked), on any file
-  system."""
-  return record_files.read_records(uri, file_format, limit)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from beam_tfrecord.records import batches
-from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation, InputError
+from beam_tfrecord.records.model import ErrorRecord, ImageAnnotation
 from beam_tfrecord.records.packed import identity_hash
 from beam_tfrecord.storage import files, paths
 
@@ -243,7 +243,7 @@ def read_table(uri: str, expected: str = "", rows: int = -1,
   `checked`: the bytes are `expected`'s, which a check of this run passed (check_table), so
   only the digest is compared."""
   try:
-    with open_earlier(uri) as f:
+    with files.open_earlier(uri) as f:
       data = f.read(MAX_INDEX_BYTES + 1)
     if len(data) > MAX_INDEX_BYTES:
       return None, ""
@@ -284,21 +284,6 @@ def file_stamp(uri: str) -> str:
 def _local_stamp(st: os.stat_result) -> str:
   """A local file's stamp, shard or image: size, modification time, inode, change time."""
   return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
-
-
-def open_earlier(uri: str):
-  """A file of an earlier output (a shard, an index) opened for reading. Locally as
-  storage/files.open_local opens it without `follow`: no link in its last component, no
-  blocking on a FIFO put in its place, only a regular file (OSError otherwise); the
-  directories above it are the output's own, checked by whoever named it
-  (storage/versions.read_latest)."""
-  if paths.is_remote(uri):
-    from apache_beam.io.filesystems import FileSystems
-    return FileSystems.open(uri, compression_type="uncompressed")
-  try:
-    return files.open_local(uri, follow=False)
-  except InputError as e:  # not a regular file: to the callers, a file that cannot be read
-    raise OSError(str(e)) from None
 
 
 def digest(ann: ImageAnnotation) -> str:

@@ -46,6 +46,20 @@ def open_local(path: str, follow: bool = True) -> BinaryIO:
     raise
 
 
+def open_earlier(uri: str) -> BinaryIO:
+  """A file of an earlier output (a shard, an index, a catalog partition) opened for reading.
+  Locally as open_local opens it without `follow`: no link in its last component, no
+  blocking on a FIFO put in its place, only a regular file (OSError otherwise); the
+  directories above it are the output's own, checked by whoever named it
+  (storage/versions.read_latest)."""
+  if is_remote(uri):
+    return open_read(uri)
+  try:
+    return open_local(uri, follow=False)
+  except InputError as e:  # not a regular file: to the callers, a file that cannot be read
+    raise OSError(str(e)) from None
+
+
 _SPECIAL_KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
                   (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"))
 

@@ -24,10 +24,10 @@ import os
 import shutil
 import tempfile
 import uuid
-from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from beam_tfrecord.records import tfrecord
-from beam_tfrecord.records.model import InputError
+from beam_tfrecord.records.manifest import Manifest
 from beam_tfrecord.storage import files, paths
 
 TFRECORD, ARRAY_RECORD = "tfrecord", "array_record"
@@ -51,6 +51,11 @@ class Container:
   @property
   def suffix(self) -> str:
     return "." + self.file_format
+
+
+def file_format_of(manifest: Union[Manifest, Mapping]) -> str:
+  """The format of an output's shards (--file-format; outputs from before it: TFRecord)."""
+  return Manifest.of(manifest).setting("file_format") or TFRECORD
 
 
 def index_name(shard: str) -> str:
@@ -90,8 +95,7 @@ def scan_spans(uri: str) -> List[Tuple[int, int]]:
   already (--append: a kept file whose stamp is the one recorded), from their heads alone;
   a ValueError when the framing does not end at the file's end."""
   spans, pos = [], 0
-  with files.open_read(uri) if paths.is_remote(uri) else files.open_local(uri, follow=False) \
-      as f:
+  with files.open_earlier(uri) as f:
     size = f.seek(0, os.SEEK_END)
     while pos < size:
       f.seek(pos)
@@ -110,11 +114,10 @@ def check_index(shard: str, index: str) -> Optional[str]:
   it (DALI and the `tfrecord` package trust these lines: a wrong one reads garbage or
   skips records)."""
   try:
-    with files.open_read(index) if paths.is_remote(index) else \
-        files.open_local(index, follow=False) as f:
+    with files.open_earlier(index) as f:
       listed = parse_index(f.read())
     actual = scan_spans(shard)
-  except (OSError, ValueError, InputError) as e:  # InputError: not a regular file
+  except (OSError, ValueError) as e:
     return f"cannot be checked against its shard ({e})"
   if listed is None:
     return "not an index file (lines 'OFFSET LENGTH')"
@@ -275,13 +278,7 @@ class EarlierShard:
       self._copy = local_copy(uri)
       uri = self._copy.__enter__()
     try:
-      if paths.is_remote(uri):
-        self._f = files.open_read(uri)
-      else:
-        try:
-          self._f = files.open_local(uri, follow=False)
-        except InputError as e:  # not a regular file: a file that cannot be read
-          raise OSError(str(e)) from None
+      self._f = files.open_earlier(uri)
       if file_format == ARRAY_RECORD:
         self.reader = _array_reader(f"/proc/self/fd/{self._f.fileno()}")
         self.extent = self.reader.num_records()

@@ -21,9 +21,9 @@ from handmade_outputs import LABELS, SCHEMAS
 
 from beam_tfrecord import cli, reader
 from beam_tfrecord.readback import show as shows
-from beam_tfrecord.readback import stats, verify, views
+from beam_tfrecord.readback import stats, verify
 from beam_tfrecord.records import label_map
-from beam_tfrecord.storage import layout, versions
+from beam_tfrecord.storage import layout, record_files, versions
 from beam_tfrecord.storage.versions import DamagedVersions
 
 V1 = "versions/00000001"
@@ -177,7 +177,7 @@ def test_commands_keep_the_version_they_resolved(two_versions, tmp_path, monkeyp
       return read(uri, *args, **kwargs)
     return wrapped
 
-  monkeypatch.setattr(views, "read_records", moving(views.read_records))
+  monkeypatch.setattr(record_files, "read_records", moving(record_files.read_records))
   monkeypatch.setattr(verify, "_check_shard", moving(verify._check_shard))
   for command in (["verify", str(dest)], ["inspect", str(dest)],
                   ["show", str(dest), "-n", "30", "--output", str(tmp_path / "grid.png")]):
