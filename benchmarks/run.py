@@ -248,16 +248,12 @@ def inspect_output(directory: str) -> tuple[int, str]:
     path = os.path.join(directory, found)
     digest.update(name.encode() + b"\0")
     if found != name:
-      from array_record.python import array_record_module
-
       from beam_tfrecord.records.tfrecord import framing
-      reader = array_record_module.ArrayRecordReader(path)
-      for start in range(0, reader.num_records(), 256):
-        for record in reader.read(start, min(start + 256, reader.num_records())):
-          head, tail = framing(record)
-          digest.update(head + record + tail)
-          records += 1
-      reader.close()
+      from beam_tfrecord.storage import record_files
+      for record in record_files.read_records(path, record_files.ARRAY_RECORD):
+        head, tail = framing(record)
+        digest.update(head + record + tail)
+        records += 1
       continue
     records += count_records(path)
     with open(path, "rb") as f:

@@ -293,8 +293,7 @@ def render(manifest: Union[Manifest, Mapping]) -> str:
       for k, f in features.items()], right=3) + [""]
 
   fmt = ("With array_record's data source (Grain's is the same) and TensorFlow to parse:"
-         if manifest.setting("file_format") == record_files.ARRAY_RECORD
-         else "With plain TensorFlow (`tf.data`):")
+         if array_record else "With plain TensorFlow (`tf.data`):")
   out += ["## Reading it", "", fmt, "", "```python",
           tf_data_snippet(manifest), "```", ""] + torch_lines(manifest) + [
           "With beam-tfrecord (feature spec from `manifest.json`, per-object lists dense):", "",

@@ -474,9 +474,8 @@ def journal_refusal(output: str) -> Optional[str]:
 def _shard_kind(manifest: Manifest) -> str:
   """What the shards are besides TFRecords: another --file-format, --index-files ('' if
   neither)."""
-  kinds = []
-  if record_files.file_format_of(manifest) != record_files.TFRECORD:
-    kinds.append(record_files.file_format_of(manifest))
+  file_format = record_files.file_format_of(manifest)
+  kinds = [file_format] if file_format != record_files.TFRECORD else []
   if manifest.setting("index_files"):
     kinds.append("index files")
   return ", ".join(kinds)

@@ -21,6 +21,8 @@ DEFAULT_SHARD_NAME_TEMPLATE = "{split}-{index:05d}-of-{num_shards:05d}.tfrecord"
 def default_template(file_format: str) -> str:
   """The default shard names of a --file-format: DEFAULT_SHARD_NAME_TEMPLATE's, its suffix."""
   return DEFAULT_SHARD_NAME_TEMPLATE[:-len("tfrecord")] + file_format
+
+
 TEMPLATE_FIELDS = ("split", "index", "num_shards", "count")
 
 

@@ -19,7 +19,7 @@ from beam_tfrecord.plan.compare import EarlierFile
 from beam_tfrecord.plan.shard_plan import (Bound, PreviousSplit, ShardPlan,
                                            sizes_of)
 from beam_tfrecord.records.manifest import Manifest
-from beam_tfrecord.storage import paths
+from beam_tfrecord.storage import paths, record_files
 from beam_tfrecord.storage.layout import MANIFEST
 
 MAX_MANIFEST_BYTES = 256 << 20
@@ -45,7 +45,7 @@ class Previous:
   @property
   def file_format(self) -> str:
     """Its shards' --file-format (a version from before the option: tfrecord)."""
-    return self.settings.get("file_format") or "tfrecord"
+    return self.settings.get("file_format") or record_files.TFRECORD
 
   def recorded(self, split: str, shard: int) -> Tuple[str, str, int]:
     """(the shard file's stamp, its catalog partition's digest and row count) as its version

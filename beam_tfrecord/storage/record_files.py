@@ -145,13 +145,13 @@ class ShardFile:
       from array_record.python import array_record_module
       self._local = uri if not paths.is_remote(uri) else os.path.join(
           tempfile.gettempdir(), f"beam-tfrecord-{uuid.uuid4().hex}.array_record")
-      _create_new(self._local)  # ours, a new regular file, before the writer opens it
+      create_new(self._local)  # ours, a new regular file, before the writer opens it
       self._writer = array_record_module.ArrayRecordWriter(self._local, ARRAY_RECORD_OPTIONS)
     elif paths.is_remote(uri):
       from apache_beam.io.filesystems import FileSystems
       self._f: BinaryIO = FileSystems.create(uri)
     else:  # a buffer of many records: with the default 8 KB each record was its own write()
-      self._f = os.fdopen(_create_new(uri, keep=True), "wb", buffering=WRITE_BUFFER_BYTES)
+      self._f = os.fdopen(create_new(uri, keep=True), "wb", buffering=WRITE_BUFFER_BYTES)
 
   def write(self, record: bytes) -> Tuple[bytes, bytes]:
     if self._local is not None:
@@ -215,9 +215,10 @@ def create(uri: str, container: Container, framed: bool = False) -> Iterator[Sha
   shard.close()
 
 
-def _create_new(path: str, keep: bool = False):
+def create_new(path: str, keep: bool = False):
   """A new regular file at `path` (a unique name in the run's staging directory), created
-  without following a link; its descriptor when `keep`, else closed."""
+  without following a link; its descriptor when `keep`, else closed. How every local file of
+  a run's shards (records, index files, catalog partitions) is created."""
   fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) |
                getattr(os, "O_CLOEXEC", 0), 0o644)
   if keep:

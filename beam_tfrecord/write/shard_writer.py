@@ -353,8 +353,7 @@ def _write_new(staging: str, name: str, data: bytes) -> None:
     with FileSystems.create(partial) as f:
       f.write(data)
   else:
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as f:
+    with os.fdopen(record_files.create_new(partial, keep=True), "wb") as f:
       f.write(data)
   _rename(partial, final)
 
